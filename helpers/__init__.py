@@ -1,0 +1,50 @@
+"""Helpers for the Flax sharding series: device meshes, shard layouts, and what sharding costs.
+
+The notebooks import these names; each one is documented and tested in ``tests/``.
+"""
+
+from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
+from helpers.measure import (
+    collective_stats,
+    format_bytes,
+    format_collectives,
+    memory_per_device,
+    planned_bytes_per_device,
+    sharding_table,
+    step_memory,
+)
+from helpers.sharding import (
+    LOGICAL_RULES,
+    STRATEGY_AXES,
+    FSDPChoice,
+    ShardBlock,
+    check_spec,
+    fsdp_plan,
+    fsdp_specs,
+    logical_rules,
+    shard_layout,
+    shard_tree,
+)
+
+__all__ = [
+    "LOGICAL_RULES",
+    "STRATEGY_AXES",
+    "FSDPChoice",
+    "ShardBlock",
+    "check_spec",
+    "collective_stats",
+    "format_bytes",
+    "format_collectives",
+    "fsdp_plan",
+    "fsdp_specs",
+    "logical_rules",
+    "make_mesh",
+    "memory_per_device",
+    "mesh_shape_for",
+    "planned_bytes_per_device",
+    "shard_layout",
+    "shard_tree",
+    "sharding_table",
+    "step_memory",
+    "use_simulated_devices",
+]

@@ -1,0 +1,73 @@
+"""The one place where differences between jax/flax versions are handled.
+
+The series supports the jax/flax range stated in the README. Anything that is
+spelled differently across that range goes through a function here, so that the
+notebooks and the other helpers modules never test versions themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+from jax.sharding import AxisType, Mesh
+
+__all__ = [
+    "AxisType",
+    "auto_mesh",
+    "backend_started",
+    "cost_flops",
+    "set_mesh",
+    "shard_map",
+]
+
+
+def backend_started() -> bool:
+    """True once JAX has created its backends (after that, the device count is fixed)."""
+    from jax._src import xla_bridge
+
+    probe = getattr(xla_bridge, "backends_are_initialized", None)
+    if probe is not None:
+        return bool(probe())
+    return bool(getattr(xla_bridge, "_backends", {}))  # pragma: no cover - older jax
+
+
+def auto_mesh(shape: tuple[int, ...], names: tuple[str, ...], devices: Any = None) -> Mesh:
+    """``jax.make_mesh`` with every axis of type ``AxisType.Auto`` (what Linen expects)."""
+    kwargs: dict[str, Any] = {"axis_types": (AxisType.Auto,) * len(names)}
+    if devices is not None:
+        kwargs["devices"] = devices
+    return jax.make_mesh(tuple(shape), tuple(names), **kwargs)
+
+
+@contextlib.contextmanager
+def set_mesh(mesh: Mesh) -> Iterator[Mesh]:
+    """Make ``mesh`` the current mesh inside a ``with`` block (``jax.set_mesh``)."""
+    setter = getattr(jax, "set_mesh", None)
+    if setter is None:  # pragma: no cover - older jax
+        setter = jax.sharding.use_mesh
+    with setter(mesh):
+        yield mesh
+
+
+def shard_map(f: Any, *, mesh: Mesh, in_specs: Any, out_specs: Any) -> Any:
+    """``jax.shard_map`` (top level since jax 0.7)."""
+    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+
+
+def cost_flops(compiled: Any) -> float | None:
+    """FLOPs of a compiled computation from XLA's cost analysis, or None if unavailable.
+
+    ``cost_analysis()`` returned a list of dicts in older jax and a dict in newer jax.
+    """
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 - some backends do not implement it
+        return None
+    if isinstance(cost, list | tuple):
+        cost = cost[0] if cost else None
+    if not cost or "flops" not in cost:
+        return None
+    return float(cost["flops"])

@@ -1,0 +1,247 @@
+"""Measuring what sharding costs: bytes per device, step memory, collectives.
+
+Everything here reads numbers off real objects: the arrays' addressable shards,
+the compiled executable's ``memory_analysis()`` and its optimised HLO text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from typing import Any
+
+from helpers.sharding import leaves_with_paths, shard_shape, sharding_of, spec_of
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+_DTYPE_BYTES = {
+    "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1,
+    "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+    "s32": 4, "u32": 4, "f32": 4,
+    "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+}  # fmt: skip
+
+
+def _device_key(device: Any) -> str:
+    return f"{device.platform}:{device.id}"
+
+
+def memory_per_device(tree: Any) -> dict[str, int]:
+    """Bytes of ``tree`` actually resident on each device, from its arrays' addressable shards.
+
+    Keys are ``"cpu:0"``, ``"gpu:1"``, ... in device order.
+    """
+    totals: dict[str, int] = defaultdict(int)
+    order: dict[str, int] = {}
+    for name, leaf in leaves_with_paths(tree, "memory_per_device"):
+        shards = getattr(leaf, "addressable_shards", None)
+        if shards is None:
+            raise ValueError(
+                f"memory_per_device: parameter '{name}' (shape {tuple(leaf.shape)}) is not a placed "
+                "jax.Array; for abstract arrays use planned_bytes_per_device."
+            )
+        for shard in shards:
+            key = _device_key(shard.device)
+            order[key] = shard.device.id
+            totals[key] += int(shard.data.nbytes)
+    return {k: totals[k] for k in sorted(totals, key=order.__getitem__)}
+
+
+def planned_bytes_per_device(tree: Any) -> dict[str, int]:
+    """Bytes each device would hold for a tree of placed *or abstract* arrays (from shardings)."""
+    totals: dict[str, int] = defaultdict(int)
+    order: dict[str, int] = {}
+    for name, leaf in leaves_with_paths(tree, "planned_bytes_per_device"):
+        shape, sharding = sharding_of(leaf, f"parameter '{name}'")
+        nbytes = math.prod(shard_shape(shape, sharding)) * leaf.dtype.itemsize
+        for device in sharding.device_set:
+            key = _device_key(device)
+            order[key] = device.id
+            totals[key] += nbytes
+    return {k: totals[k] for k in sorted(totals, key=order.__getitem__)}
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``."""
+    return _fmt_bytes(n)
+
+
+def sharding_table(tree: Any) -> str:
+    """A text table: per parameter its path, shape, dtype, spec, shard shape and bytes per device.
+
+    Works for placed arrays and for abstract ones (``jax.ShapeDtypeStruct`` with a sharding).
+    The last lines give the total bytes of the tree and the most any one device holds.
+    """
+    rows = []
+    total = 0
+    for name, leaf in leaves_with_paths(tree, "sharding_table"):
+        shape, sharding = sharding_of(leaf, f"parameter '{name}'")
+        local = shard_shape(shape, sharding)
+        per_dev = math.prod(local) * leaf.dtype.itemsize
+        total += math.prod(shape) * leaf.dtype.itemsize
+        spec = spec_of(sharding)
+        rows.append(
+            (name, str(shape), str(leaf.dtype), "-" if spec is None else str(tuple(spec)), str(local), _fmt_bytes(per_dev))
+        )
+    per_device = planned_bytes_per_device(tree)
+    header = ("parameter", "shape", "dtype", "spec", "shard shape", "bytes/device")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = "  ".join("{:<%d}" % w for w in widths)
+    out = [line.format(*header), "  ".join("-" * w for w in widths)]
+    out += [line.format(*r) for r in rows]
+    most = max(per_device.values()) if per_device else 0
+    n = len(per_device)
+    out.append("")
+    out.append(f"total: {_fmt_bytes(total)} in {len(rows)} arrays; "
+               f"largest per-device share: {_fmt_bytes(most)} on {n} device(s) "
+               f"({most / total:.1%} of total)" if total else "total: 0 B")
+    return "\n".join(out)
+
+
+def step_memory(compiled: Any) -> dict[str, int]:
+    """Per-device bytes of a compiled step from XLA's ``memory_analysis()``.
+
+    Returns ``argument``, ``output``, ``temp``, ``alias`` (outputs that reuse donated
+    inputs) and ``total = argument + output + temp - alias``.
+    """
+    ma = compiled.memory_analysis()
+    if ma is None:
+        raise ValueError("step_memory: this backend's compiled object has no memory_analysis().")
+    out = {
+        "argument": int(ma.argument_size_in_bytes),
+        "output": int(ma.output_size_in_bytes),
+        "temp": int(ma.temp_size_in_bytes),
+        "alias": int(ma.alias_size_in_bytes),
+    }
+    out["total"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Collectives from HLO text
+# ---------------------------------------------------------------------------
+
+_INSTR = re.compile(
+    r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<type>.+?)\s+"
+    r"(?P<op>[a-z][a-z0-9\-]*)\((?P<args>[^)]*)\)(?P<attrs>.*)$"
+)
+_ARRAY = re.compile(r"\b([a-z]+[0-9]*(?:e[0-9]m[0-9](?:fn)?)?)\[([0-9,]*)\]")
+
+
+def _type_bytes(type_text: str) -> list[int]:
+    """Byte sizes of every array in an HLO type (a shape or a tuple of shapes)."""
+    sizes = []
+    for dtype, dims in _ARRAY.findall(type_text):
+        if dtype not in _DTYPE_BYTES:
+            continue
+        n = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
+        sizes.append(n * _DTYPE_BYTES[dtype])
+    return sizes
+
+
+def _group_size(attrs: str, num_partitions: int) -> int:
+    """Number of devices in each replica group of a collective."""
+    m = re.search(r"replica_groups=\{(\{[^=]*?\})\}", attrs)
+    if m:
+        first = re.search(r"\{([0-9,\s]*)\}", m.group(1))
+        if first and first.group(1).strip():
+            return len(first.group(1).split(","))
+    m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", attrs)
+    if m:
+        return int(m.group(2))
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs)
+    if m:
+        sizes = dict(
+            (k.strip().strip("'"), int(v)) for k, v in (kv.split("=") for kv in m.group(1).split(","))
+        )
+        axes = [a.strip().strip("'") for a in m.group(2).split(",") if a.strip()]
+        return math.prod(sizes[a] for a in axes) if axes else 1
+    return num_partitions
+
+
+def _hlo_text(compiled_or_text: Any) -> str:
+    if isinstance(compiled_or_text, str):
+        return compiled_or_text
+    text = compiled_or_text.as_text()
+    if not isinstance(text, str):
+        raise ValueError("collective_stats: expected a compiled executable or HLO text.")
+    return text
+
+
+def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
+    """Collectives in a compiled step, read from its optimised HLO text.
+
+    Returns, for each kind in ``COLLECTIVES`` that occurs, a dict with:
+      ``ops``: number of collective ops (an async ``-start``/``-done`` pair counts once);
+      ``operands``: arrays moved (a combined, tuple-shaped op counts all of its operands);
+      ``bytes``: size of the op's full (gathered / reduced) result, summed over ops;
+      ``sent_per_device`` / ``received_per_device``: bytes each device sends / receives
+      with a bandwidth-optimal ring algorithm (all-reduce ``2·S·(n-1)/n``, all-gather and
+      reduce-scatter ``S·(n-1)/n`` for a full size ``S`` over a group of ``n``).
+    Ops inside a loop body are counted once, as written, not once per iteration.
+    Accepts the compiled object (``jax.jit(f).lower(...).compile()``) or its ``as_text()``.
+    """
+    text = _hlo_text(compiled)
+    m = re.search(r"num_partitions=(\d+)", text)
+    num_partitions = int(m.group(1)) if m else 1
+    instrs: dict[str, tuple[str, str, str, str]] = {}
+    for line in text.splitlines():
+        mi = _INSTR.match(line)
+        if mi:
+            instrs[mi.group("name")] = (mi.group("type"), mi.group("op"), mi.group("args"), mi.group("attrs"))
+
+    stats: dict[str, dict[str, float]] = {}
+    for type_text, op, args, attrs in instrs.values():
+        kind = None
+        if op in COLLECTIVES:
+            kind = op
+            result_type, op_attrs = type_text, attrs
+        elif op.endswith("-done") and op[: -len("-done")] in COLLECTIVES:
+            kind = op[: -len("-done")]
+            start_name = args.strip().lstrip("%").split(",")[0].strip()
+            start = instrs.get(start_name)
+            result_type = type_text
+            op_attrs = start[3] if start else attrs
+        if kind is None:
+            continue
+        sizes = _type_bytes(result_type)
+        n = _group_size(op_attrs, num_partitions)
+        entry = stats.setdefault(
+            kind, {"ops": 0, "operands": 0, "bytes": 0, "sent_per_device": 0.0, "received_per_device": 0.0}
+        )
+        entry["ops"] += 1
+        entry["operands"] += len(sizes)
+        for s in sizes:
+            full = s * n if kind == "reduce-scatter" else s  # reduce-scatter's result is one shard
+            if kind == "all-reduce":
+                moved = 2 * full * (n - 1) / n
+            elif kind == "collective-permute":
+                moved = full
+            else:
+                moved = full * (n - 1) / n
+            entry["bytes"] += full
+            entry["sent_per_device"] += moved
+            entry["received_per_device"] += moved
+    return {k: stats[k] for k in COLLECTIVES if k in stats}
+
+
+def format_collectives(stats: dict[str, dict[str, float]]) -> str:
+    """A short text table of ``collective_stats`` output."""
+    if not stats:
+        return "no collectives: every device works alone"
+    lines = [f"{'collective':<20}{'ops':>5}{'arrays':>8}{'full size':>12}{'sent/device':>14}"]
+    for kind, s in stats.items():
+        lines.append(
+            f"{kind:<20}{int(s['ops']):>5}{int(s['operands']):>8}{_fmt_bytes(s['bytes']):>12}"
+            f"{_fmt_bytes(s['sent_per_device']):>14}"
+        )
+    return "\n".join(lines)
