@@ -4,6 +4,7 @@ The notebooks import these names; each one is documented and tested in ``tests/`
 """
 
 from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
+from helpers.draw import device_color, draw_mesh, draw_param_shardings, draw_sharding
 from helpers.measure import (
     collective_stats,
     format_bytes,
@@ -33,6 +34,10 @@ __all__ = [
     "ShardBlock",
     "check_spec",
     "collective_stats",
+    "device_color",
+    "draw_mesh",
+    "draw_param_shardings",
+    "draw_sharding",
     "format_bytes",
     "format_collectives",
     "fsdp_plan",

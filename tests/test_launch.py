@@ -1,0 +1,229 @@
+"""The series launches the three ways learners use it: JupyterLab, Binder, Colab.
+
+- JupyterLab: a real Jupyter server, headless on a loopback port. Through its REST
+  API every notebook is listed; a kernel started by that server runs notebook 01
+  cell by cell over the kernel websocket; then the server is shut down and its
+  process ended by its id.
+- Binder: the repo2docker recipe in ``binder/`` is replayed in a new virtual
+  environment (pins, postBuild, start script), and its pins must match
+  ``requirements.txt``.
+- Colab: the bootstrap cell is exercised in ``test_notebooks.py`` with a fake Colab
+  module.
+Nothing here reaches the network: the server binds 127.0.0.1 only, and the Binder
+replay layers a new environment over the installed pins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import site
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LOOPBACK = "127.0.0.1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+class JupyterServer:
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        self.port = _free_port()
+        self.token = secrets.token_hex(16)
+        self.base = f"http://{LOOPBACK}:{self.port}"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "jupyter", "server", "--no-browser",
+                f"--ServerApp.ip={LOOPBACK}", f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={root}",
+            ],  # fmt: skip
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def request(self, method: str, path: str, body: dict | None = None) -> dict | list | None:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Authorization", f"token {self.token}")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter server exited: {self.proc.stdout.read().decode()[-2000:]}")
+            try:
+                self.request("GET", "/api/status")
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError("jupyter server did not answer in time")
+
+    def stop(self) -> None:
+        try:
+            self.request("POST", "/api/shutdown")
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def _execute(ws, code: str, timeout: float = 300) -> tuple[str, str]:
+    """Send one execute_request over the kernel websocket; return (status, text output)."""
+    msg_id = uuid.uuid4().hex
+    ws.send(
+        json.dumps(
+            {
+                "header": {"msg_id": msg_id, "username": "test", "session": "s", "msg_type": "execute_request", "version": "5.3"},
+                "parent_header": {},
+                "metadata": {},
+                "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False},
+                "channel": "shell",
+                "buffers": [],
+            }
+        )
+    )
+    out, status, idle = [], None, False
+    deadline = time.monotonic() + timeout
+    while (status is None or not idle) and time.monotonic() < deadline:
+        ws.settimeout(max(1.0, deadline - time.monotonic()))
+        msg = json.loads(ws.recv())
+        if msg.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        kind = msg["msg_type"]
+        if kind == "stream":
+            out.append(msg["content"]["text"])
+        elif kind == "execute_reply":
+            status = msg["content"]["status"]
+        elif kind == "status" and msg["content"]["execution_state"] == "idle":
+            idle = True
+    if status is None:
+        raise TimeoutError(f"no execute_reply within {timeout}s for: {code[:60]!r}")
+    return status, "".join(out)
+
+
+def test_jupyter_server_lists_and_runs_notebooks():
+    import websocket
+
+    env = {**os.environ, "NUM_DEVICES": "2", "MPLBACKEND": "Agg"}
+    server = JupyterServer(ROOT, env)
+    pid = server.proc.pid
+    try:
+        server.wait_ready()
+        listing = server.request("GET", "/api/contents/notebooks")
+        listed = sorted(item["name"] for item in listing["content"] if item["name"].endswith(".ipynb"))
+        assert listed == NOTEBOOKS
+
+        kernel = server.request("POST", "/api/kernels", {"name": "python3", "path": "notebooks"})
+        ws = websocket.create_connection(
+            f"ws://{LOOPBACK}:{server.port}/api/kernels/{kernel['id']}/channels?token={server.token}", timeout=60
+        )
+        try:
+            nb = nbformat.read(ROOT / "notebooks" / NOTEBOOKS[0], as_version=4)
+            ran = 0
+            for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+                status, text = _execute(ws, cell.source)
+                if "raises-exception" in cell.metadata.get("tags", []):
+                    assert status == "error", f"cell {i} is tagged raises-exception but ran clean"
+                else:
+                    assert status == "ok", f"cell {i} failed through the server:\n{cell.source[:200]}"
+                if i == 0:
+                    assert "running on 2 CPU device(s)" in text  # the server passed NUM_DEVICES on
+                ran += 1
+            assert ran >= 5
+        finally:
+            ws.close()
+        server.request("DELETE", f"/api/kernels/{kernel['id']}")
+    finally:
+        server.stop()
+    assert server.proc.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)", line.strip())
+        if m:
+            pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def test_binder_pins_match_requirements():
+    binder, main = _pins(ROOT / "binder" / "requirements.txt"), _pins(ROOT / "requirements.txt")
+    for pkg in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "matplotlib", "jupyterlab"):
+        assert binder.get(pkg) == main.get(pkg), f"binder pins {pkg}=={binder.get(pkg)}, requirements.txt {main.get(pkg)}"
+    assert (ROOT / "binder" / "runtime.txt").read_text().strip().startswith("python-3.")
+
+
+def test_binder_recipe_replays_in_a_new_environment(tmp_path):
+    """repo2docker's steps: install binder/requirements.txt, run postBuild, start through binder/start.
+
+    The new venv is layered over this one (a .pth file), so the pins must
+    already be satisfied and nothing is downloaded; what it proves is that the pins are
+    consistent (pip check), postBuild installs helpers, and the start script sets the
+    device count. The fresh install from PyPI is .ci/run's own venv.
+    """
+    venv = tmp_path / "binder-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    new_site = Path(
+        subprocess.run([str(py), "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True, check=True).stdout.strip()
+    )
+    # Layer the new environment over this one: its packages are visible, new installs land in the new one.
+    (new_site / "_layer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "PIP_NO_INPUT": "1"}
+    env.pop("PYTHONPATH", None)
+    pip = subprocess.run(
+        [str(py), "-m", "pip", "install", "--no-index", "-r", "binder/requirements.txt"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    post = subprocess.run(["bash", "binder/postBuild"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert post.returncode == 0, post.stdout + post.stderr
+    check = subprocess.run([str(py), "-m", "pip", "check"], env=env, capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout
+    probe = (
+        "import os, helpers, jax, flax; "
+        "print(os.environ['NUM_DEVICES'], jax.__version__, flax.__version__, helpers.__file__)"
+    )
+    out = subprocess.run(
+        ["bash", str(ROOT / "binder" / "start"), str(py), "-c", probe],
+        cwd=tmp_path, env={k: v for k, v in env.items() if k != "NUM_DEVICES"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    count, jax_v, flax_v, helpers_file = out.stdout.split()
+    pins = _pins(ROOT / "binder" / "requirements.txt")
+    assert count == "8"
+    assert (jax_v, flax_v) == (pins["jax"], pins["flax"])
+    assert Path(helpers_file).resolve().parent == ROOT / "helpers"
+    # postBuild installed helpers into the new environment itself
+    assert list(new_site.glob("flax_sharding_helpers-*.dist-info"))

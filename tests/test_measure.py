@@ -1,0 +1,125 @@
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from helpers import (
+    collective_stats,
+    format_collectives,
+    make_mesh,
+    memory_per_device,
+    planned_bytes_per_device,
+    shard_tree,
+    sharding_table,
+    step_memory,
+)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return make_mesh((8,), ("data",))
+
+
+def test_memory_per_device_sharded_and_replicated(mesh):
+    tree = shard_tree({"w": jnp.ones((64, 32)), "b": jnp.ones((32,))}, {"w": P("data"), "b": P()}, mesh)
+    mem = memory_per_device(tree)
+    assert list(mem) == [f"cpu:{i}" for i in range(8)]
+    assert set(mem.values()) == {64 * 32 * 4 // 8 + 32 * 4}
+    assert planned_bytes_per_device(tree) == mem
+
+
+def test_planned_bytes_for_abstract_tree(mesh):
+    abstract = {"w": jax.ShapeDtypeStruct((16, 4), jnp.bfloat16, sharding=NamedSharding(mesh, P("data")))}
+    assert planned_bytes_per_device(abstract) == {f"cpu:{i}": 2 * 4 * 2 for i in range(8)}
+    with pytest.raises(ValueError, match="not a placed jax.Array"):
+        memory_per_device(abstract)
+
+
+def test_sharding_table_rows_and_totals(mesh):
+    tree = shard_tree({"w": jnp.ones((64, 32)), "b": jnp.ones((32,))}, {"w": P("data"), "b": P()}, mesh)
+    table = sharding_table(tree)
+    lines = table.splitlines()
+    assert lines[0].split() == ["parameter", "shape", "dtype", "spec", "shard", "shape", "bytes/device"]
+    row_w = next(line for line in lines if line.startswith("w "))
+    assert "(64, 32)" in row_w and "('data',)" in row_w and "(8, 32)" in row_w and "1.0 KiB" in row_w
+    row_b = next(line for line in lines if line.startswith("b "))
+    assert "()" in row_b and "128 B" in row_b
+    assert "total: 8.1 KiB in 2 arrays" in table
+    assert "largest per-device share: 1.1 KiB on 8 device(s)" in table
+
+
+def test_table_rejects_non_array(mesh):
+    with pytest.raises(ValueError, match="parameter 'n'"):
+        sharding_table({"n": 3})
+
+
+def _grad_step(mesh, w_spec):
+    s = lambda *spec: NamedSharding(mesh, P(*spec))  # noqa: E731
+
+    def loss(w, x):
+        return ((x @ w) ** 2).mean()
+
+    f = jax.jit(jax.grad(loss), in_shardings=(s(*w_spec), s("data")), out_shardings=s(*w_spec))
+    w = jax.ShapeDtypeStruct((64, 128), jnp.float32)
+    x = jax.ShapeDtypeStruct((32, 64), jnp.float32)
+    return f.lower(w, x).compile()
+
+
+def test_collectives_of_data_parallel_gradient(mesh):
+    stats = collective_stats(_grad_step(mesh, ()))
+    assert set(stats) == {"all-reduce"}
+    ar = stats["all-reduce"]
+    grad_bytes = 64 * 128 * 4
+    assert ar["ops"] == 1 and ar["bytes"] == grad_bytes
+    assert ar["sent_per_device"] == pytest.approx(2 * grad_bytes * 7 / 8)
+
+
+def test_collectives_of_fsdp_gradient(mesh):
+    stats = collective_stats(_grad_step(mesh, ("data",)))
+    assert stats["all-gather"]["bytes"] == 64 * 128 * 4  # the full weight is gathered
+    assert stats["all-gather"]["sent_per_device"] == pytest.approx(64 * 128 * 4 * 7 / 8)
+    # the CPU backend reduces the gradient with an all-reduce (GPU builds form reduce-scatter)
+    assert "all-reduce" in stats or "reduce-scatter" in stats
+
+
+def test_no_collectives_without_sharding(mesh):
+    compiled = jax.jit(lambda x: x * 2).lower(jnp.ones(4)).compile()
+    assert collective_stats(compiled) == {}
+    assert format_collectives({}) .startswith("no collectives")
+
+
+HLO_ASYNC = """
+HloModule m, num_partitions=8
+ENTRY %main {
+  %p = f32[16,128]{1,0} parameter(0)
+  %ags = (f32[16,128]{1,0}, f32[128,128]{1,0}) all-gather-start(%p), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}
+  %agd = f32[128,128]{1,0} all-gather-done(%ags)
+  %ar = (f32[10]{0}, bf16[20]{0}) all-reduce(%a, %b), channel_id=2, replica_groups={{0,1},{2,3},{4,5},{6,7}}, to_apply=%add
+  %rs = f32[4]{0} reduce-scatter(%c), channel_id=3, replica_groups=[2,4]<=[8], dimensions={0}, to_apply=%add
+  %cp = f32[8]{0} collective-permute(%d), channel_id=4, source_target_pairs={{0,1},{1,0}}
+}
+"""
+
+
+def test_collectives_from_text_async_tuple_and_groups():
+    stats = collective_stats(HLO_ASYNC)
+    ag = stats["all-gather"]
+    assert ag["ops"] == 1 and ag["operands"] == 1  # start/done counted once
+    assert ag["bytes"] == 128 * 128 * 4
+    assert ag["sent_per_device"] == pytest.approx(128 * 128 * 4 * 7 / 8)
+    ar = stats["all-reduce"]
+    assert ar["ops"] == 1 and ar["operands"] == 2  # combined op counts both operands
+    assert ar["bytes"] == 40 + 40
+    assert ar["sent_per_device"] == pytest.approx(2 * 80 * 1 / 2)  # groups of 2
+    rs = stats["reduce-scatter"]
+    assert rs["bytes"] == 16 * 4  # full input = shard x group size 4
+    assert rs["sent_per_device"] == pytest.approx(64 * 3 / 4)
+    assert stats["collective-permute"]["sent_per_device"] == 32
+
+
+def test_step_memory_fields(mesh):
+    mem = step_memory(_grad_step(mesh, ("data",)))
+    assert mem["argument"] == (64 * 128 * 4) // 8 + (32 * 64 * 4) // 8
+    assert mem["output"] == (64 * 128 * 4) // 8
+    assert mem["total"] == mem["argument"] + mem["output"] + mem["temp"] - mem["alias"]

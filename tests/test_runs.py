@@ -1,0 +1,58 @@
+"""Properties of notebook runs: the same numbers twice, and deprecations fail loudly."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Lines that report a duration or a speed legitimately differ between runs.
+_TIMING = re.compile(r"\b(time|timing|timed|ms|µs|seconds?|sec|s/step|steps?/s|tokens/s|it/s|elapsed|faster|slower|ratio|took|wall)\b", re.I)
+_ADDRESS = re.compile(r"0x[0-9a-f]+")
+
+
+def _run(path: Path, count: int) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    old = os.environ.get("NUM_DEVICES")
+    os.environ["NUM_DEVICES"] = str(count)
+    try:
+        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        if old is None:
+            os.environ.pop("NUM_DEVICES", None)
+        else:
+            os.environ["NUM_DEVICES"] = old
+    lines = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for out in cell.outputs:
+            text = out.get("text") or out.get("data", {}).get("text/plain", "")
+            if out.output_type == "error":
+                text = f"{out.ename}: {out.evalue}"
+            for line in str(text).splitlines():
+                if not _TIMING.search(line):
+                    lines.append(f"[{i}] {_ADDRESS.sub('0x?', line)}")
+    return lines
+
+
+def test_notebook_prints_the_same_numbers_twice():
+    path = ROOT / "notebooks" / "01_linen_basics.ipynb"
+    first, second = _run(path, 2), _run(path, 2)
+    assert len(first) > 20, "the notebook printed too little to compare"
+    assert first == second
+
+
+def test_kernels_turn_deprecations_into_errors(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import warnings\nwarnings.warn('old API', DeprecationWarning)")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    with pytest.raises(CellExecutionError, match="old API"):
+        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -1,0 +1,117 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from helpers import (
+    LOGICAL_RULES,
+    check_spec,
+    fsdp_plan,
+    fsdp_specs,
+    logical_rules,
+    make_mesh,
+    shard_layout,
+    shard_tree,
+)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return make_mesh((4, 2), ("data", "model"))
+
+
+def test_spec_longer_than_rank(mesh):
+    with pytest.raises(ValueError, match=r"'bias' has shape \(128,\) \(rank 1\), but PartitionSpec\(None, None\) has 2 entries.*PartitionSpec\(\) to replicate"):
+        check_spec((128,), P(None, None), mesh, "bias")
+
+
+def test_unknown_axis(mesh):
+    with pytest.raises(ValueError, match=r"'w' \(shape \(8, 4\)\).*names mesh axis 'batch', but the mesh has axes \('data', 'model'\)"):
+        check_spec((8, 4), P("batch"), mesh, "w")
+
+
+def test_indivisible_dimension(mesh):
+    with pytest.raises(ValueError, match=r"'w' has shape \(6, 4\): dimension 0 has size 6, which mesh axis 'data' \(size 4\) does not divide"):
+        check_spec((6, 4), P("data", None), mesh, "w")
+
+
+def test_indivisible_by_two_axes(mesh):
+    with pytest.raises(ValueError, match=r"dimension 1 has size 12.*'data' \(size 4\) x 'model' \(size 2\)"):
+        check_spec((3, 12), P(None, ("data", "model")), mesh, "w")
+
+
+def test_axis_used_twice(mesh):
+    with pytest.raises(ValueError, match="uses mesh axis 'data' twice"):
+        check_spec((8, 8), P("data", "data"), mesh, "w")
+
+
+def test_valid_specs_pass(mesh):
+    check_spec((), P(), mesh)
+    check_spec((8, 6), P("data", "model"), mesh)
+    check_spec((16,), P(("data", "model")), mesh)
+
+
+def test_shard_tree_places_and_checks(mesh):
+    tree = {"w": jnp.arange(64.0).reshape(8, 8), "b": jnp.ones(3)}
+    out = shard_tree(tree, {"w": P("data", "model"), "b": P()}, mesh)
+    assert out["w"].sharding.spec == P("data", "model")
+    assert out["w"].addressable_shards[0].data.shape == (2, 4)
+    np.testing.assert_array_equal(np.asarray(out["w"]), np.asarray(tree["w"]))
+    with pytest.raises(ValueError, match="'b' has shape"):
+        shard_tree(tree, {"w": P(), "b": P("data")}, mesh)
+
+
+def test_shard_tree_non_array_leaf(mesh):
+    with pytest.raises(ValueError, match=r"parameter 'cfg'.*type str is not an array"):
+        shard_tree({"cfg": "hello"}, {"cfg": P()}, mesh)
+
+
+def test_fsdp_picks_largest_divisible_dimension(mesh):
+    tree = {
+        "kernel": jax.ShapeDtypeStruct((6, 1024), jnp.float32),  # first dim does not divide 4
+        "square": jax.ShapeDtypeStruct((128, 64), jnp.float32),
+        "bias": jax.ShapeDtypeStruct((1024,), jnp.float32),
+        "odd": jax.ShapeDtypeStruct((5, 1001), jnp.float32),
+    }
+    specs = fsdp_specs(tree, mesh, "data", min_size=2000)
+    assert specs["kernel"] == P(None, "data")
+    assert specs["square"] == P("data")
+    assert specs["bias"] == P()  # 1024 < min_size
+    assert specs["odd"] == P()  # nothing divides
+    reasons = {c.path: c.reason for c in fsdp_plan(tree, mesh, "data", min_size=2000)}
+    assert "1024 elements < min_size=2000" in reasons["bias"]
+    assert "divides no free dimension" in reasons["odd"]
+    assert reasons["kernel"] == "dim 1 (size 1024) split 4 ways"
+
+
+def test_fsdp_over_two_axes_and_base_specs(mesh):
+    tree = {"w": jax.ShapeDtypeStruct((64, 32), jnp.float32)}
+    assert fsdp_specs(tree, mesh, ("data", "model"), min_size=1)["w"] == P(("data", "model"))
+    base = {"w": P("model")}
+    assert fsdp_specs(tree, mesh, "data", min_size=1, base_specs=base)["w"] == P("model", "data")
+
+
+def test_fsdp_unknown_axis(mesh):
+    with pytest.raises(ValueError, match="axis 'fsdp' is not a mesh axis"):
+        fsdp_specs({"w": jnp.ones((8, 8))}, mesh, "fsdp")
+
+
+def test_logical_rules_presets():
+    assert set(LOGICAL_RULES) == {"dp", "fsdp", "fsdp_all", "tp", "hybrid", "fsdp_tp"}
+    assert dict(logical_rules("fsdp"))["embed"] == "data"
+    assert dict(logical_rules("tp"))["mlp"] == "model"
+    assert dict(logical_rules("dp"))["embed"] is None
+    with pytest.raises(ValueError, match="strategy='zero3' is not one of"):
+        logical_rules("zero3")
+
+
+def test_shard_layout_blocks_and_replicas(mesh):
+    blocks = shard_layout((8, 6), NamedSharding(mesh, P("data")))
+    assert len(blocks) == 4
+    assert [b.start for b in blocks] == [(0, 0), (2, 0), (4, 0), (6, 0)]
+    assert blocks[0].shape == (2, 6)
+    assert blocks[0].devices == (0, 1)  # replicated over the 'model' axis
+    (whole,) = shard_layout((3,), NamedSharding(mesh, P()))
+    assert whole.devices == tuple(range(8)) and whole.shape == (3,)
