@@ -1,0 +1,694 @@
+"""Every figure of the series: device meshes, shard layouts, and bytes per device.
+
+One rule holds for all of them: a device has one colour, ``device_color(id)``, in every
+figure of every notebook, so a learner can follow device 3 from the mesh picture to the
+block of a weight it holds and to its bar in the memory chart.
+
+The functions follow matplotlib's advice for plotting helpers: they take ``ax=None``,
+draw on the given Axes (or make a figure when there is none), return the Axes or Figure
+and never call ``plt.show()``. Nothing here computes a sharding: the layouts come from
+``helpers.sharding.shard_layout`` and the byte counts from
+``helpers.measure.planned_bytes_per_device``.
+
+Artists carry ``gid`` strings so that tests (and curious readers) can check what was
+drawn: mesh cells are ``"device:<id>"``; array blocks are
+``"block:start=(...):stop=(...):devices=0,1"`` (coordinates in the drawn dimensions).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, Sharding
+from matplotlib import colors as mcolors
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Polygon, Rectangle
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
+
+from helpers.measure import format_bytes, planned_bytes_per_device
+from helpers.sharding import leaves_with_paths, shard_layout, shard_shape, sharding_of, spec_of
+
+__all__ = ["device_color", "draw_mesh", "draw_param_shardings", "draw_sharding"]
+
+# ---------------------------------------------------------------------------
+# One colour per device, for the whole series
+# ---------------------------------------------------------------------------
+
+
+def _build_palette() -> tuple[str, ...]:
+    import matplotlib as mpl
+
+    tab10 = [mcolors.to_hex(c) for c in mpl.colormaps["tab10"].colors]
+    tab20 = [mcolors.to_hex(c) for c in mpl.colormaps["tab20"].colors]
+    tab20b = [mcolors.to_hex(c) for c in mpl.colormaps["tab20b"].colors]
+    # The ten strong tab10 colours first (devices 0-9), then the light tab20 shades,
+    # then tab20b: 40 distinct colours before the palette repeats.
+    out: list[str] = []
+    for c in tab10 + tab20[1::2] + tab20b:
+        if c not in out:
+            out.append(c)
+    return tuple(out)
+
+
+_PALETTE: tuple[str, ...] = _build_palette()
+
+
+def device_color(device_id: int) -> str:
+    """The colour of device ``device_id`` in every figure of the series (a ``#rrggbb`` string).
+
+    Devices 0-9 get matplotlib's ``tab10`` colours (0 blue, 1 orange, 2 green, 3 red, ...),
+    then lighter shades follow; the palette repeats after 40 devices.
+    """
+    if isinstance(device_id, bool) or not isinstance(device_id, (int, np.integer)):
+        raise ValueError(
+            f"device_color: device_id must be an integer device id, got {device_id!r}."
+        )
+    return _PALETTE[int(device_id) % len(_PALETTE)]
+
+
+def _text_color(face: str) -> str:
+    """Black or white, whichever reads better on ``face`` (WCAG relative luminance)."""
+    r, g, b = mcolors.to_rgb(face)
+
+    def lin(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    lum = 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
+    # Contrast against white vs against black; pick the larger.
+    return "white" if (1.05 / (lum + 0.05)) > ((lum + 0.05) / 0.05) else "black"
+
+
+# ---------------------------------------------------------------------------
+# Small geometry helpers
+# ---------------------------------------------------------------------------
+
+
+def _axes_size_pt(ax: Axes) -> tuple[float, float]:
+    """Width and height of ``ax``'s drawing box in points (after its aspect is applied)."""
+    ax.apply_aspect()
+    pos = ax.get_position()
+    fw, fh = ax.figure.get_size_inches()
+    return pos.width * fw * 72.0, pos.height * fh * 72.0
+
+
+def _fit_fontsize(text: str, w_pt: float, h_pt: float, lo: float = 5.0, hi: float = 12.0) -> float:
+    """The largest font size (clamped to ``[lo, hi]``) at which ``text`` fits a w x h box."""
+    lines = text.split("\n")
+    chars = max(len(line) for line in lines) or 1
+    by_width = 0.85 * w_pt / (0.7 * chars)  # bold DejaVu Sans digits are ~0.7 em wide
+    by_height = 0.95 * h_pt / (1.2 * len(lines))
+    return float(min(hi, max(lo, min(by_width, by_height))))
+
+
+def _new_figure(figsize: tuple[float, float]) -> Figure:
+    """A pyplot figure (so Jupyter shows it), imported late: ``import helpers`` stays light."""
+    import matplotlib.pyplot as plt
+
+    return plt.figure(figsize=figsize)
+
+
+def _fig_for(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
+    if ax is not None:
+        return ax
+    return _new_figure(figsize).add_subplot()
+
+
+# ---------------------------------------------------------------------------
+# draw_mesh
+# ---------------------------------------------------------------------------
+
+
+def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
+    """A picture of a 1-, 2- or 3-D device mesh: one coloured cell per device.
+
+    Rows follow the mesh's first axis and columns its second; the axis names and sizes
+    are written on the sides (``"data (2)"`` to the left of the rows, ``"model (4)"``
+    above the columns). Each cell shows its device id, and ``p<k>`` (the device's
+    ``process_index``) when the mesh spans several processes. A 1-D mesh is one row. A
+    3-D mesh is drawn as side-by-side 2-D grids, one per index of its first axis
+    (meshes of higher rank likewise, one grid per index of all but the last two axes).
+
+    Args:
+      mesh: a ``jax.sharding.Mesh`` (with devices, not an ``AbstractMesh``).
+      ax: the Axes to draw on; a new figure is made when ``None``.
+
+    Returns:
+      The Axes drawn on. Each cell is a ``Rectangle`` with ``gid="device:<id>"`` in
+      ``ax.patches``, in mesh (row-major) order.
+    """
+    devices = getattr(mesh, "devices", None)
+    if not isinstance(mesh, Mesh) or not isinstance(devices, np.ndarray):
+        raise ValueError(
+            f"draw_mesh: expected a jax.sharding.Mesh with devices, got {type(mesh).__name__}. "
+            "Make one with helpers.make_mesh(shape, names)."
+        )
+    names = tuple(str(n) for n in mesh.axis_names)
+    shape = tuple(int(s) for s in devices.shape)
+    if len(shape) == 0:
+        raise ValueError("draw_mesh: the mesh has no axes.")
+    if len(shape) == 1:
+        grids = [devices.reshape(1, shape[0])]
+        headers: list[str | None] = [None]
+        row_name, col_name = None, f"{names[0]} ({shape[0]})"
+    else:
+        lead_shape = shape[:-2]
+        flat = devices.reshape((-1, shape[-2], shape[-1]))
+        grids = list(flat)
+        headers = []
+        for idx in np.ndindex(*lead_shape):
+            headers.append(
+                ", ".join(f"{n} = {i}" for n, i in zip(names[:-2], idx, strict=True)) or None
+            )
+        row_name = f"{names[-2]} ({shape[-2]})"
+        col_name = f"{names[-1]} ({shape[-1]})"
+
+    multi_process = len({int(getattr(d, "process_index", 0)) for d in devices.flat}) > 1
+    n_rows, n_cols = grids[0].shape
+    gap = 1.0
+    total_w = len(grids) * n_cols + (len(grids) - 1) * gap
+    left_margin = 1.0 if row_name else 0.2
+    top_margin = 1.0 + (0.55 if headers[0] else 0.0)
+
+    ax = _fig_for(
+        ax, (min(16.0, 1.0 + 0.95 * (total_w + left_margin)), 1.2 + 0.95 * (n_rows + top_margin))
+    )
+    ax.set_xlim(-left_margin, total_w + 0.1)
+    ax.set_ylim(n_rows + 0.1, -top_margin)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    w_pt, h_pt = _axes_size_pt(ax)
+    cell_pt = min(w_pt / (total_w + left_margin + 0.1), h_pt / (n_rows + top_margin + 0.1))
+    id_size = float(np.clip(cell_pt * 0.32, 6, 18))
+    small = float(np.clip(cell_pt * 0.17, 5, 11))
+    label_size = float(np.clip(cell_pt * 0.2, 7, 12))
+
+    for g, (grid, header) in enumerate(zip(grids, headers, strict=True)):
+        x0 = g * (n_cols + gap)
+        for r in range(n_rows):
+            for c in range(n_cols):
+                d = grid[r, c]
+                did = int(d.id)
+                face = device_color(did)
+                ax.add_patch(
+                    Rectangle(
+                        (x0 + c + 0.04, r + 0.04),
+                        0.92,
+                        0.92,
+                        facecolor=face,
+                        edgecolor="white",
+                        linewidth=1.0,
+                        gid=f"device:{did}",
+                    )
+                )
+                ink = _text_color(face)
+                y = r + (0.42 if multi_process else 0.5)
+                ax.text(
+                    x0 + c + 0.5,
+                    y,
+                    str(did),
+                    ha="center",
+                    va="center",
+                    fontsize=id_size,
+                    fontweight="bold",
+                    color=ink,
+                    gid=f"device-id:{did}",
+                )
+                if multi_process:
+                    ax.text(
+                        x0 + c + 0.5,
+                        r + 0.78,
+                        f"p{int(d.process_index)}",
+                        ha="center",
+                        va="center",
+                        fontsize=small,
+                        color=ink,
+                        gid=f"process:{did}",
+                    )
+        # Index numbers along the sides, then the axis names.
+        for c in range(n_cols):
+            ax.text(
+                x0 + c + 0.5, -0.15, str(c), ha="center", va="bottom", fontsize=small, color="0.35"
+            )
+        ax.text(
+            x0 + n_cols / 2,
+            -0.55,
+            col_name,
+            ha="center",
+            va="bottom",
+            fontsize=label_size,
+            fontweight="bold",
+            gid="axis-label:col",
+        )
+        if header:
+            ax.text(
+                x0 + n_cols / 2,
+                -1.0,
+                header,
+                ha="center",
+                va="bottom",
+                fontsize=label_size,
+                fontweight="bold",
+                color="0.15",
+                gid="grid-header",
+                bbox={"boxstyle": "round,pad=0.25", "facecolor": "0.92", "edgecolor": "0.7"},
+            )
+        if row_name and g == 0:
+            for r in range(n_rows):
+                ax.text(
+                    x0 - 0.12,
+                    r + 0.5,
+                    str(r),
+                    ha="right",
+                    va="center",
+                    fontsize=small,
+                    color="0.35",
+                )
+            ax.text(
+                x0 - 0.55,
+                n_rows / 2,
+                row_name,
+                ha="right",
+                va="center",
+                rotation=90,
+                fontsize=label_size,
+                fontweight="bold",
+                gid="axis-label:row",
+            )
+
+    dims = " x ".join(f"{n} ({s})" for n, s in zip(names, shape, strict=True))
+    n_dev = devices.size
+    procs = f", {len({d.process_index for d in devices.flat})} processes" if multi_process else ""
+    ax.set_title(
+        f"Mesh {dims}: {n_dev} device{'s' if n_dev != 1 else ''}{procs}", fontsize=label_size + 1
+    )
+    return ax
+
+
+# ---------------------------------------------------------------------------
+# draw_sharding
+# ---------------------------------------------------------------------------
+
+
+def _spec_text(sharding: Sharding) -> str:
+    spec = spec_of(sharding)
+    if spec is None:
+        return type(sharding).__name__
+    return "P(" + ", ".join(repr(e) for e in spec) + ")"
+
+
+def _dim_axes(sharding: Sharding, dim: int) -> tuple[str, ...]:
+    spec = spec_of(sharding)
+    if spec is None or dim >= len(spec) or spec[dim] is None:
+        return ()
+    entry = spec[dim]
+    return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def _dim_label(
+    shape: Sequence[int], local: Sequence[int], sharding: Sharding, dim: int, compact: bool
+) -> str:
+    size = shape[dim]
+    axes = _dim_axes(sharding, dim)
+    ways = size // local[dim] if local[dim] else 1
+    if axes and isinstance(sharding, NamedSharding):
+        mesh_shape = sharding.mesh.shape
+        n = math.prod(mesh_shape[a] for a in axes)
+        names = " x ".join(f"'{a}'" for a in axes)
+        if compact:
+            return f"dim {dim}: {size} / {names}" + (" (1)" if n == 1 else "")
+        if n == 1:
+            return f"dim {dim}: {size}, over {names} (size 1: not split)"
+        return f"dim {dim}: {size}, split over {names} ({n})"
+    if ways > 1:
+        return f"dim {dim}: {size}, split {ways} ways"
+    return f"dim {dim}: {size}" + ("" if compact else ", not split")
+
+
+def _device_text(devs: Sequence[int], n_all: int) -> str:
+    if len(devs) > 1 and len(devs) == n_all:
+        return f"all {n_all}"
+    parts = [str(d) for d in devs]
+    per_line = 4
+    return "\n".join(",".join(parts[i : i + per_line]) for i in range(0, len(parts), per_line))
+
+
+def _layout_2d(shape: tuple[int, ...], local: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """Which dimensions are drawn and which are folded (rank 3 and above)."""
+    rank = len(shape)
+    if rank <= 2:
+        return list(range(rank)), []
+    sharded = [d for d in range(rank) if local[d] < shape[d]]
+    drawn = sharded[:2]
+    for d in reversed(range(rank)):
+        if len(drawn) >= 2:
+            break
+        if d not in drawn:
+            drawn.append(d)
+    drawn.sort()
+    folded = [d for d in range(rank) if d not in drawn]
+    return drawn, folded
+
+
+def _diagonal_stripes(
+    ax: Axes,
+    clip: Rectangle,
+    box: tuple[float, float, float, float],
+    devs: Sequence[int],
+    sx: float,
+    sy: float,
+    width_pt: float = 6.0,
+) -> None:
+    """Fill ``box`` (data units; ``sx, sy`` points per unit) with 45-degree stripes
+    cycling through the colours of ``devs``, clipped to ``clip``."""
+    c0, r0, w, h = box
+    sx, sy = max(sx, 1e-9), max(sy, 1e-9)
+    span = w * sx + h * sy  # range of u = x*sx + y*sy over the box, in points
+    width_pt = max(width_pt, span / 300.0)
+    u_start = c0 * sx + r0 * sy
+    n = math.ceil(span / width_pt)
+    for k in range(n):
+        u0, u1 = u_start + k * width_pt, u_start + (k + 1) * width_pt
+        xs = (c0, c0 + w)
+        verts = [
+            (xs[0], (u0 - xs[0] * sx) / sy),
+            (xs[1], (u0 - xs[1] * sx) / sy),
+            (xs[1], (u1 - xs[1] * sx) / sy),
+            (xs[0], (u1 - xs[0] * sx) / sy),
+        ]
+        band = Polygon(
+            verts,
+            closed=True,
+            facecolor=device_color(devs[k % len(devs)]),
+            edgecolor="none",
+            alpha=0.75,
+            gid="stripe",
+        )
+        ax.add_patch(band)
+        band.set_clip_path(clip)
+
+
+def _draw_sharding(x: Any, ax: Axes | None, title: str | None, compact: bool, where: str) -> Axes:
+    shape, sharding = sharding_of(x, where)
+    shape = tuple(int(s) for s in shape)
+    local = tuple(int(s) for s in shard_shape(shape, sharding))
+    blocks = shard_layout(shape, sharding)
+    n_all = len(sharding.device_set)
+    drawn, folded = _layout_2d(shape, local)
+
+    # Project blocks onto the drawn dimensions, merging the devices of blocks that only
+    # differ in a folded dimension (only happens when more than two dims are sharded).
+    merged: dict[tuple[tuple[int, int], ...], list[int]] = {}
+    for b in blocks:
+        key = tuple((b.start[d], b.stop[d]) for d in drawn)
+        devs = merged.setdefault(key, [])
+        devs.extend(d for d in b.devices if d not in devs)
+    cells = [(key, sorted(devs)) for key, devs in sorted(merged.items())]
+
+    # Geometry: x runs along the last drawn dim, y down the first one (row 0 at the top).
+    if len(drawn) == 2:
+        rows, cols = shape[drawn[0]], shape[drawn[1]]
+        ratio = rows / cols if cols else 1.0
+        lo, hi = (0.55, 1.3) if compact else (0.25, 4.0)
+        shown = float(np.clip(ratio, lo, hi))  # height / width as drawn
+        aspect = shown / ratio if ratio else 1.0
+        # The plot fits a 6 x 4.5 inch box, plus room for labels and the title.
+        plot_w = min(6.0, 4.5 / shown)
+        figsize = (plot_w + 1.6, plot_w * shown + 1.6)
+    elif drawn:  # rank 1: a strip
+        rows, cols = 1, shape[drawn[0]]
+        aspect = 0.16 * cols
+        figsize = (7.0, 2.4)
+    else:  # rank 0: one small box
+        rows, cols = 1, 1
+        aspect = 0.45
+        figsize = (4.5, 2.4)
+    ax = _fig_for(ax, figsize)
+    ax.set_xlim(0, max(cols, 1))
+    ax.set_ylim(max(rows, 1), 0)
+    ax.set_aspect(aspect, adjustable="box")
+    w_pt, h_pt = _axes_size_pt(ax)
+    sx = w_pt / max(cols, 1)
+    sy = h_pt / max(rows, 1)
+    tick_size = 6.5 if compact else 8.5
+    label_size = 6.5 if compact else 9.5
+
+    for key, devs in cells:
+        if len(drawn) == 2:
+            (r0, r1), (c0, c1) = key
+        elif len(drawn) == 1:
+            (c0, c1), (r0, r1) = key[0], (0, 1)
+        else:
+            (c0, c1), (r0, r1) = (0, 1), (0, 1)
+        w, h = c1 - c0, r1 - r0
+        start = tuple(k[0] for k in key)
+        stop = tuple(k[1] for k in key)
+        gid = f"block:start={start}:stop={stop}:devices={','.join(map(str, devs))}"
+        if len(devs) == 1:
+            face = device_color(devs[0])
+            ax.add_patch(
+                Rectangle((c0, r0), w, h, facecolor=face, edgecolor="white", linewidth=1.2, gid=gid)
+            )
+            ink, box = _text_color(face), None
+        else:
+            # A block several devices hold: a texture of thin diagonal stripes in their
+            # colours (so it does not read as split), its label on a white tag.
+            outline = Rectangle(
+                (c0, r0),
+                w,
+                h,
+                facecolor="none",
+                edgecolor="white",
+                linewidth=1.2,
+                zorder=1.5,
+                gid=gid,
+            )
+            ax.add_patch(outline)
+            _diagonal_stripes(ax, outline, (c0, r0, w, h), devs, sx, sy)
+            ink = "black"
+            box = {
+                "boxstyle": "round,pad=0.2",
+                "facecolor": "white",
+                "edgecolor": "0.5",
+                "alpha": 0.95,
+            }
+        label = _device_text(devs, n_all)
+        hi = 10.0 if compact else 13.0
+        flat = _fit_fontsize(label, w * sx, h * sy, lo=0.0, hi=hi)
+        upright = _fit_fontsize(label, h * sy, w * sx, lo=0.0, hi=hi)
+        tall = h * sy > w * sx
+        rotation = 90 if tall and upright > flat * 1.25 and "\n" not in label else 0
+        size = max(4.5, upright if rotation else flat)
+        ax.text(
+            c0 + w / 2,
+            r0 + h / 2,
+            label,
+            ha="center",
+            va="center",
+            fontsize=size,
+            color=ink,
+            fontweight="bold",
+            bbox=box,
+            rotation=rotation,
+            clip_on=False,
+            gid=f"block-label:{','.join(map(str, devs))}",
+        )
+
+    # Ticks at block boundaries (in elements), thinned to what the space allows.
+    def boundaries(dim: int, room_pt: float, along_x: bool) -> list[int]:
+        edges = sorted({b.start[dim] for b in blocks} | {shape[dim]})
+        per_tick = tick_size * (0.62 * len(str(shape[dim])) + 1.0) if along_x else tick_size * 1.6
+        fit = max(2, int(room_pt / per_tick))
+        if len(edges) > fit:
+            step = math.ceil((len(edges) - 1) / (fit - 1))
+            sel = edges[::step]
+            if sel[-1] != edges[-1]:
+                crowded = len(sel) >= 2 and edges[-1] - sel[-1] < (sel[1] - sel[0]) / 2
+                sel = sel[:-1] + [edges[-1]] if crowded else sel + [edges[-1]]
+            edges = sel
+        return edges
+
+    if len(drawn) >= 1:
+        ax.set_xticks(boundaries(drawn[-1], w_pt, along_x=True))
+        ax.set_xlabel(_dim_label(shape, local, sharding, drawn[-1], compact), fontsize=label_size)
+    else:
+        ax.set_xticks([])
+        ax.set_xlabel("scalar (rank 0): one value", fontsize=label_size)
+    if len(drawn) == 2:
+        ax.set_yticks(boundaries(drawn[0], h_pt, along_x=False))
+        ax.set_ylabel(_dim_label(shape, local, sharding, drawn[0], compact), fontsize=label_size)
+    else:
+        ax.set_yticks([])
+    ax.tick_params(labelsize=tick_size, length=2)
+    ax.xaxis.set_label_position("bottom")
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+    lines = [title] if title else []
+    if compact:
+        lines += [_spec_text(sharding), f"global {shape} -> per device {local}"]
+    else:
+        lines.append(f"{_spec_text(sharding)}  global {shape} -> per device {local}")
+    if folded:
+        desc = ", ".join(f"dim {d} ({shape[d]})" for d in folded)
+        split = [d for d in folded if local[d] < shape[d]]
+        note = (
+            "folded: each block spans it whole"
+            if len(folded) == 1
+            else "folded: each block spans them whole"
+        )
+        if split:
+            note = "folded (also split: a block lists every device holding a piece of it)"
+        lines.append(f"{desc} {note}")
+    ax.set_title("\n".join(lines), fontsize=(7 if compact else 10.5), loc="center")
+    return ax
+
+
+def draw_sharding(x: Any, ax: Axes | None = None, title: str | None = None) -> Axes:
+    """Which device holds which block of an array, at any rank.
+
+    Args:
+      x: a placed ``jax.Array``, a ``jax.ShapeDtypeStruct`` with ``sharding=...`` (for
+        example from ``jax.eval_shape``), or a ``(shape, sharding)`` pair.
+      ax: the Axes to draw on; a new figure is made when ``None``.
+      title: an optional first title line (e.g. the parameter's name).
+
+    Rank 0 and 1 are drawn as a strip, rank 2 as a grid of blocks whose proportions follow
+    the shape (aspect ratio clamped to 1:4 .. 4:1 so thin arrays stay readable). From rank
+    3 on, the sharded dimensions are drawn (at most two; filled up to two with the last
+    unsharded dimensions) and the title names the folded ones. Each block is coloured by
+    the device holding it (``device_color``); a replicated block is striped in the colours
+    of all its holders and names them (``"0,1,2,3"``, or ``"all 8"`` when every device of
+    the sharding holds it). Axis labels give each drawn dimension's index, size and the
+    mesh axis it is split over, e.g. ``"dim 0: 64, split over 'data' (8)"``. The title
+    gives the spec, the global shape and the per-device shard shape, e.g.
+    ``"P('data', None)  global (64, 128) -> per device (8, 128)"``.
+
+    Returns:
+      The Axes. Each block is a ``Rectangle`` in ``ax.patches`` with
+      ``gid="block:start=(...):stop=(...):devices=0,1"``; its label is in ``ax.texts``.
+
+    Raises:
+      ValueError: ``x`` is not an array, or it has no sharding.
+    """
+    return _draw_sharding(x, ax, title, compact=False, where="draw_sharding: array")
+
+
+# ---------------------------------------------------------------------------
+# draw_param_shardings
+# ---------------------------------------------------------------------------
+
+
+def _device_id_of_key(key: str) -> int:
+    """``planned_bytes_per_device`` keys look like ``"cpu:3"``."""
+    return int(str(key).rsplit(":", 1)[-1])
+
+
+def draw_param_shardings(tree: Any, title: str | None = None) -> Figure:
+    """One small ``draw_sharding`` panel per parameter, and a bar chart of bytes per device.
+
+    Args:
+      tree: a pytree of placed ``jax.Array`` s, or of ``jax.ShapeDtypeStruct`` s with
+        shardings (an abstract tree, nothing allocated).
+      title: the figure's title; defaults to the parameter count and total size.
+
+    Each panel is titled with the parameter's path (``params/Dense_0/kernel``). The bar
+    chart on the right shows the bytes each device holds for the whole tree, from
+    ``helpers.measure.planned_bytes_per_device``, with each bar in its device's colour.
+
+    Returns:
+      The Figure. Its Axes are the parameter panels in tree order, then the bar chart
+      (``fig.axes[-1]``), whose bars are ``fig.axes[-1].patches`` in device order.
+
+    Raises:
+      ValueError: a leaf is not an array, or has no sharding; the message names it.
+    """
+    leaves = leaves_with_paths(tree, "draw_param_shardings")
+    if not leaves:
+        raise ValueError("draw_param_shardings: the tree has no arrays to draw.")
+    for name, leaf in leaves:  # fail before drawing anything, naming the parameter
+        sharding_of(leaf, f"draw_param_shardings: parameter '{name}'")
+    per_device = planned_bytes_per_device(tree)
+
+    n = len(leaves)
+    ncols = 1 if n == 1 else 2 if n <= 4 else 3 if n <= 9 else 4
+    nrows = math.ceil(n / ncols)
+    # Fixed geometry in inches (no layout engine), so each panel knows its size while
+    # it is drawn and can size its labels to fit.
+    # A row of rank-0/1 parameters (drawn as strips) needs less height than a row of grids.
+    panel_w, grid_h, strip_h = 2.5, 2.2, 1.45
+    pad_l, pad_r, pad_t, pad_b = 0.55, 0.15, 0.6, 0.45
+    bar_w, head = 2.9, 0.45
+    row_h = [
+        strip_h
+        if all(len(leaf.shape) <= 1 for _, leaf in leaves[r * ncols : (r + 1) * ncols])
+        else grid_h
+        for r in range(nrows)
+    ]
+    row_top = [head + sum(row_h[:r]) for r in range(nrows)]
+    fig_w = ncols * panel_w + bar_w
+    fig_h = max(5.0, head + sum(row_h))
+    fig = _new_figure((fig_w, fig_h))
+
+    def rect(x: float, y_top: float, w: float, h: float) -> list[float]:
+        """Inches from the figure's top-left corner -> figure fractions."""
+        return [x / fig_w, 1 - (y_top + h) / fig_h, w / fig_w, h / fig_h]
+
+    for i, (name, leaf) in enumerate(leaves):
+        r, c = divmod(i, ncols)
+        ax = fig.add_axes(
+            rect(
+                c * panel_w + pad_l,
+                row_top[r] + pad_t,
+                panel_w - pad_l - pad_r,
+                row_h[r] - pad_t - pad_b,
+            )
+        )
+        _draw_sharding(
+            leaf, ax, name, compact=True, where=f"draw_param_shardings: parameter '{name}'"
+        )
+
+    bar_h = min(fig_h - head - 1.0, 4.0)
+    bar_ax = fig.add_axes(rect(ncols * panel_w + 0.85, head + 0.5, bar_w - 1.0, bar_h))
+    ids = [_device_id_of_key(k) for k in per_device]
+    heights = list(per_device.values())
+    xs = np.arange(len(ids))
+    bars = bar_ax.bar(
+        xs, heights, color=[device_color(i) for i in ids], edgecolor="0.3", linewidth=0.5
+    )
+    for bar, key in zip(bars, per_device, strict=True):
+        bar.set_gid(f"bar:{key}")
+    pad = max(0.0, (4 - len(ids)) / 2)  # one or two bars stay bar-shaped
+    bar_ax.set_xlim(-0.6 - pad, len(ids) - 0.4 + pad)
+    bar_ax.set_xticks(xs, [str(i) for i in ids], fontsize=8)
+    bar_ax.set_xlabel("device id", fontsize=9)
+    top = max(heights) if heights else 1
+    unit = max(u for u in (1, 1024, 1024**2, 1024**3) if u <= max(top, 1))
+    ticks = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(0, top / unit) * unit
+    bar_ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if t <= top * 1.18]))
+    bar_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v)))
+    bar_ax.tick_params(axis="y", labelsize=8)
+    bar_ax.set_ylim(0, top * 1.18 if top else 1)
+    if len(ids) <= 16:
+        for bar, h in zip(bars, heights, strict=True):
+            bar_ax.text(
+                bar.get_x() + bar.get_width() / 2,
+                h + top * 0.015,
+                format_bytes(h),
+                ha="center",
+                va="bottom",
+                fontsize=6.5,
+                rotation=90,
+            )
+    bar_ax.set_title("bytes held per device\n(all parameters)", fontsize=9)
+    for side in ("top", "right"):
+        bar_ax.spines[side].set_visible(False)
+
+    total = sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize for _, leaf in leaves)
+    if title is None:
+        title = f"{n} parameter{'s' if n != 1 else ''}, {format_bytes(total)} in total"
+    fig.suptitle(title, fontsize=11, fontweight="bold")
+    return fig

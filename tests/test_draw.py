@@ -1,0 +1,412 @@
+"""Tests for helpers.draw: what each figure shows (blocks, their devices, labels), not just
+that a figure came back."""
+# The devices must be set before any other JAX use, so imports follow that call.
+# ruff: noqa: E402
+
+from helpers import use_simulated_devices
+
+use_simulated_devices(8, quiet=True)
+
+import re
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from matplotlib import colors as mcolors
+
+from helpers import make_mesh, planned_bytes_per_device, shard_tree
+from helpers.draw import (
+    _text_color,
+    device_color,
+    draw_mesh,
+    draw_param_shardings,
+    draw_sharding,
+)
+
+# ---------------------------------------------------------------------------
+# Reading a drawing back
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def mesh8():
+    return make_mesh((8,), ("data",))
+
+
+@pytest.fixture(scope="module")
+def mesh24():
+    return make_mesh((2, 4), ("data", "model"))
+
+
+def cells(ax):
+    """Mesh cells in drawing order: (device id, rectangle)."""
+    return [
+        (int(p.get_gid().split(":")[1]), p)
+        for p in ax.patches
+        if (p.get_gid() or "").startswith("device:")
+    ]
+
+
+def blocks(ax):
+    """Array blocks in drawing order: (start, stop, device ids, rectangle)."""
+    out = []
+    for p in ax.patches:
+        gid = p.get_gid() or ""
+        m = re.fullmatch(r"block:start=(\(.*?\)):stop=(\(.*?\)):devices=([\d,]+)", gid)
+        if m:
+            devs = tuple(int(d) for d in m.group(3).split(","))
+            out.append((eval(m.group(1)), eval(m.group(2)), devs, p))
+    return out
+
+
+def block_labels(ax):
+    return [t.get_text() for t in ax.texts if (t.get_gid() or "").startswith("block-label:")]
+
+
+def texts(ax):
+    return [t.get_text() for t in ax.texts]
+
+
+# ---------------------------------------------------------------------------
+# device_color
+# ---------------------------------------------------------------------------
+
+
+def test_device_color_is_stable_and_distinct():
+    first = [device_color(i) for i in range(8)]
+    assert first == [device_color(i) for i in range(8)]  # same colour every call
+    assert len(set(first)) == 8  # eight devices, eight colours
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in first)
+    assert len({device_color(i) for i in range(40)}) == 40
+    assert device_color(np.int64(3)) == device_color(3)
+    with pytest.raises(ValueError, match="device_id"):
+        device_color("3")
+
+
+def _contrast(a, b):
+    def lum(c):
+        rgb = [
+            x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in mcolors.to_rgb(c)
+        ]
+        return 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]
+
+    hi, lo = sorted([lum(a), lum(b)], reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_label_ink_is_readable_on_every_device_colour():
+    for i in range(40):
+        face = device_color(i)
+        assert _contrast(face, _text_color(face)) >= 3.0, (i, face)
+
+
+# ---------------------------------------------------------------------------
+# draw_mesh
+# ---------------------------------------------------------------------------
+
+
+def test_draw_mesh_2x4(mesh24):
+    ax = draw_mesh(mesh24)
+    got = cells(ax)
+    assert [d for d, _ in got] == [d.id for d in mesh24.devices.flat] == list(range(8))
+    # Row-major layout: device of mesh[r, c] sits in row r, column c.
+    for (did, rect), (r, c) in zip(got, np.ndindex(2, 4), strict=True):
+        assert mesh24.devices[r, c].id == did
+        assert (int(rect.get_x()), int(rect.get_y())) == (c, r)
+        assert rect.get_facecolor()[:3] == pytest.approx(mcolors.to_rgb(device_color(did)))
+    ids = [t.get_text() for t in ax.texts if (t.get_gid() or "").startswith("device-id:")]
+    assert ids == [str(i) for i in range(8)]
+    assert "data (2)" in texts(ax) and "model (4)" in texts(ax)
+    assert not any(t.startswith("p") and t[1:].isdigit() for t in texts(ax))  # one process
+    assert "data (2) x model (4)" in ax.get_title()
+
+
+def test_draw_mesh_1d_is_one_row(mesh8):
+    ax = draw_mesh(mesh8)
+    got = cells(ax)
+    assert [d for d, _ in got] == list(range(8))
+    assert {rect.get_y() for _, rect in got} == {got[0][1].get_y()}
+    assert [rect.get_x() for _, rect in got] == sorted(rect.get_x() for _, rect in got)
+    assert "data (8)" in texts(ax)
+
+
+def test_draw_mesh_3d_side_by_side_grids():
+    mesh = make_mesh((2, 2, 2), ("pipe", "data", "model"))
+    ax = draw_mesh(mesh)
+    got = dict(cells(ax))
+    assert sorted(got) == list(range(8))
+    assert "pipe = 0" in texts(ax) and "pipe = 1" in texts(ax)
+    assert "data (2)" in texts(ax) and "model (2)" in texts(ax)
+    # Every device of pipe = 1 is drawn to the right of every device of pipe = 0.
+    left = [got[d.id].get_x() for d in mesh.devices[0].flat]
+    right = [got[d.id].get_x() for d in mesh.devices[1].flat]
+    assert max(left) < min(right)
+
+
+def test_draw_mesh_uses_given_axes_and_shows_processes():
+    class FakeDevice:  # a two-process mesh, which one machine cannot make for real
+        platform = "cpu"
+
+        def __init__(self, i):
+            self.id, self.process_index = i, i // 2
+
+    mesh = Mesh(np.array([FakeDevice(i) for i in range(4)]).reshape(2, 2), ("data", "model"))
+    fig, ax = plt.subplots()
+    assert draw_mesh(mesh, ax=ax) is ax
+    procs = [t.get_text() for t in ax.texts if (t.get_gid() or "").startswith("process:")]
+    assert procs == ["p0", "p0", "p1", "p1"]
+    assert "2 processes" in ax.get_title()
+
+
+def test_draw_mesh_rejects_non_mesh():
+    with pytest.raises(ValueError, match="Mesh"):
+        draw_mesh((2, 4))
+
+
+# ---------------------------------------------------------------------------
+# draw_sharding
+# ---------------------------------------------------------------------------
+
+
+def test_draw_sharding_rows_split_over_data(mesh8):
+    x = jax.device_put(jnp.zeros((64, 128)), NamedSharding(mesh8, P("data", None)))
+    ax = draw_sharding(x)
+    got = blocks(ax)
+    assert [(start, stop, devs) for start, stop, devs, _ in got] == [
+        ((8 * i, 0), (8 * i + 8, 128), (i,)) for i in range(8)
+    ]
+    for start, _, devs, rect in got:
+        assert (rect.get_y(), rect.get_height()) == (start[0], 8)
+        assert rect.get_facecolor()[:3] == pytest.approx(mcolors.to_rgb(device_color(devs[0])))
+    assert block_labels(ax) == [str(i) for i in range(8)]
+    title = ax.get_title()
+    assert "P('data', None)" in title
+    assert "global (64, 128) -> per device (8, 128)" in title
+    assert ax.get_ylabel() == "dim 0: 64, split over 'data' (8)"
+    assert ax.get_xlabel() == "dim 1: 128, not split"
+    assert list(ax.get_yticks()) == list(range(0, 65, 8))
+
+
+def test_draw_sharding_replicated_names_all_devices(mesh8):
+    x = jax.device_put(jnp.zeros((16, 32)), NamedSharding(mesh8, P()))
+    ax = draw_sharding(x, title="bias")
+    got = blocks(ax)
+    assert len(got) == 1
+    assert got[0][2] == tuple(range(8))
+    assert block_labels(ax) == ["all 8"]
+    # Striped in the holders' colours, every one of them.
+    stripe_colours = {
+        mcolors.to_hex(p.get_facecolor()) for p in ax.patches if p.get_gid() == "stripe"
+    }
+    assert stripe_colours == {device_color(i) for i in range(8)}
+    assert ax.get_title().splitlines()[0] == "bias"
+    assert "P()" in ax.get_title() and "per device (16, 32)" in ax.get_title()
+
+
+def test_draw_sharding_partly_replicated_lists_devices(mesh24):
+    ax = draw_sharding(((64, 128), NamedSharding(mesh24, P("data", None))))
+    assert [devs for _, _, devs, _ in blocks(ax)] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert block_labels(ax) == ["0,1,2,3", "4,5,6,7"]
+    assert ax.get_ylabel() == "dim 0: 64, split over 'data' (2)"
+
+
+def test_draw_sharding_on_one_device_says_nothing_is_split():
+    mesh1 = make_mesh((1,), ("data",), devices=jax.devices()[:1])
+    ax = draw_sharding(((64, 128), NamedSharding(mesh1, P("data", None))))
+    assert [devs for _, _, devs, _ in blocks(ax)] == [(0,)]
+    assert block_labels(ax) == ["0"]  # one device: its id, not "all 1"
+    assert ax.get_ylabel() == "dim 0: 64, over 'data' (size 1: not split)"
+
+
+def test_draw_sharding_two_axes_and_multi_axis_dim(mesh24):
+    ax = draw_sharding(((8, 16), NamedSharding(mesh24, P("data", "model"))))
+    assert [devs for _, _, devs, _ in blocks(ax)] == [(d,) for d in range(8)]
+    assert ax.get_xlabel() == "dim 1: 16, split over 'model' (4)"
+    ax = draw_sharding(((16, 4), NamedSharding(mesh24, P(("data", "model"), None))))
+    assert [devs for _, _, devs, _ in blocks(ax)] == [(d,) for d in range(8)]
+    assert ax.get_ylabel() == "dim 0: 16, split over 'data' x 'model' (8)"
+
+
+def test_draw_sharding_rank3_folds_unsharded_dims(mesh8):
+    x = ((8, 64, 32), NamedSharding(mesh8, P(None, "data")))
+    ax = draw_sharding(x)
+    got = blocks(ax)
+    assert [devs for _, _, devs, _ in got] == [(i,) for i in range(8)]
+    assert [start for start, _, _, _ in got] == [(8 * i, 0) for i in range(8)]  # (dim 1, dim 2)
+    assert "dim 0 (8) folded" in ax.get_title()
+    assert ax.get_ylabel() == "dim 1: 64, split over 'data' (8)"
+    assert ax.get_xlabel() == "dim 2: 32, not split"
+    assert "global (8, 64, 32) -> per device (8, 8, 32)" in ax.get_title()
+
+
+def test_draw_sharding_rank4_draws_the_two_sharded_dims(mesh24):
+    ax = draw_sharding(((2, 8, 4, 16), NamedSharding(mesh24, P(None, "data", None, "model"))))
+    assert len(blocks(ax)) == 8
+    assert ax.get_ylabel().startswith("dim 1: 8, split over 'data'")
+    assert ax.get_xlabel().startswith("dim 3: 16, split over 'model'")
+    assert "dim 0 (2), dim 2 (4) folded" in ax.get_title()
+
+
+def test_draw_sharding_rank3_unsharded_draws_last_two(mesh8):
+    ax = draw_sharding(((4, 6, 8), NamedSharding(mesh8, P())))
+    assert ax.get_ylabel().startswith("dim 1: 6") and ax.get_xlabel().startswith("dim 2: 8")
+    assert "dim 0 (4) folded" in ax.get_title()
+    assert block_labels(ax) == ["all 8"]
+
+
+def test_draw_sharding_three_sharded_dims_merges_folded_holders():
+    mesh = make_mesh((2, 2, 2), ("a", "b", "c"))
+    ax = draw_sharding(((2, 2, 2), NamedSharding(mesh, P("a", "b", "c"))))
+    got = blocks(ax)
+    assert len(got) == 4
+    assert sorted(d for _, _, devs, _ in got for d in devs) == list(range(8))
+    assert all(len(devs) == 2 for _, _, devs, _ in got)
+    assert "also split" in ax.get_title()
+
+
+def test_draw_sharding_rank1_and_rank0_are_strips(mesh8):
+    ax = draw_sharding(jax.device_put(jnp.zeros((64,)), NamedSharding(mesh8, P("data"))))
+    got = blocks(ax)
+    assert [devs for _, _, devs, _ in got] == [(i,) for i in range(8)]
+    assert {rect.get_y() for *_, rect in got} == {0}
+    assert [rect.get_x() for *_, rect in got] == [8 * i for i in range(8)]
+    assert ax.get_xlabel() == "dim 0: 64, split over 'data' (8)"
+    assert list(ax.get_yticks()) == []
+
+    ax = draw_sharding(jax.device_put(jnp.float32(1.0), NamedSharding(mesh8, P())))
+    assert [devs for _, _, devs, _ in blocks(ax)] == [tuple(range(8))]
+    assert "scalar" in ax.get_xlabel()
+    assert "global () -> per device ()" in ax.get_title()
+
+
+def test_draw_sharding_accepts_pair_and_shape_dtype_struct(mesh24):
+    sharding = NamedSharding(mesh24, P(None, "model"))
+    placed = jax.device_put(jnp.zeros((6, 8)), sharding)
+    abstract = jax.ShapeDtypeStruct((6, 8), jnp.float32, sharding=sharding)
+    want = [(s, e, d) for s, e, d, _ in blocks(draw_sharding(placed))]
+    assert want == [((0, 2 * i), (6, 2 * i + 2), (i, i + 4)) for i in range(4)]
+    assert [(s, e, d) for s, e, d, _ in blocks(draw_sharding(abstract))] == want
+    assert [(s, e, d) for s, e, d, _ in blocks(draw_sharding(((6, 8), sharding)))] == want
+
+
+def test_draw_sharding_on_given_axes_and_single_device_array():
+    fig, ax = plt.subplots()
+    assert draw_sharding(jnp.zeros((4, 4)), ax=ax) is ax
+    assert [devs for _, _, devs, _ in blocks(ax)] == [(0,)]
+    assert "SingleDeviceSharding" in ax.get_title()
+
+
+def test_draw_sharding_clamps_extreme_aspect_ratios(mesh8):
+    ax = draw_sharding(((2, 4096), NamedSharding(mesh8, P(None, "data"))))
+    ax.apply_aspect()
+    box = ax.get_position()
+    fw, fh = ax.figure.get_size_inches()
+    ratio = (box.height * fh) / (box.width * fw)
+    assert ratio == pytest.approx(0.25, rel=0.02)  # not 2/4096: still readable
+
+
+def test_draw_sharding_errors_name_the_problem():
+    with pytest.raises(ValueError, match="no sharding"):
+        draw_sharding(np.zeros((4, 4)))
+    with pytest.raises(ValueError, match="not an array"):
+        draw_sharding("weights")
+
+
+# ---------------------------------------------------------------------------
+# draw_param_shardings
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def params(mesh8):
+    tree = {
+        "dense": {"kernel": jnp.ones((64, 32)), "bias": jnp.ones((32,))},
+        "embed": jnp.ones((2, 16, 8)),
+        "scale": jnp.ones(()),
+    }
+    specs = {"dense": {"kernel": P("data"), "bias": P()}, "embed": P(None, "data"), "scale": P()}
+    return shard_tree(tree, specs, mesh8)
+
+
+def _check_param_figure(fig, tree):
+    names = ["dense/bias", "dense/kernel", "embed", "scale"]
+    assert len(fig.axes) == len(names) + 1  # one panel per parameter, then the bar chart
+    assert [ax.get_title().splitlines()[0] for ax in fig.axes[:-1]] == names
+    kernel = fig.axes[1]
+    assert [devs for _, _, devs, _ in blocks(kernel)] == [(i,) for i in range(8)]
+    assert block_labels(fig.axes[0]) == ["all 8"]
+    assert "folded" in fig.axes[2].get_title()
+    bar_ax = fig.axes[-1]
+    planned = planned_bytes_per_device(tree)
+    bars = [p for p in bar_ax.patches if (p.get_gid() or "").startswith("bar:")]
+    assert [b.get_gid() for b in bars] == [f"bar:{k}" for k in planned]
+    assert [b.get_height() for b in bars] == list(planned.values())
+    assert [mcolors.to_hex(b.get_facecolor()) for b in bars] == [device_color(i) for i in range(8)]
+    # 64*32*4/8 + 32*4 + 2*16*8*4/8 + 4 bytes on every device.
+    assert set(planned.values()) == {1024 + 128 + 128 + 4}
+
+
+def test_draw_param_shardings_placed_tree(params):
+    fig = draw_param_shardings(params, title="toy model")
+    _check_param_figure(fig, params)
+    assert fig.get_suptitle() == "toy model"
+
+
+def test_draw_param_shardings_abstract_tree(params):
+    abstract = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), params
+    )
+    fig = draw_param_shardings(abstract)
+    _check_param_figure(fig, abstract)
+    assert "4 parameters" in fig.get_suptitle()
+
+
+def test_draw_param_shardings_flax_model_abstract():
+    """A Flax model's parameters, never allocated: shapes from eval_shape, shardings from
+    the FSDP logical-axis rules."""
+    import flax.linen as nn
+
+    from helpers.models import ModelConfig, synthetic_batch
+    from helpers.train import param_shardings
+
+    cfg = ModelConfig(d_model=16, d_ff=32, n_layers=1, n_classes=8, batch=8, seq=2)
+    mesh = make_mesh((8, 1), ("data", "model"))
+    x, _ = synthetic_batch(jax.random.key(0), cfg)
+    model = cfg.model()
+    shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), x)["params"])
+    shardings = param_shardings(model, x, mesh, "fsdp")
+    abstract = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, shardings
+    )
+    n = len(jax.tree.leaves(abstract))
+    fig = draw_param_shardings(abstract)
+    assert len(fig.axes) == n + 1
+    titles = [ax.get_title().splitlines()[0] for ax in fig.axes[:-1]]
+    assert "block_0/up/kernel" in titles and "head/bias" in titles
+    up = fig.axes[titles.index("block_0/up/kernel")]
+    assert [devs for _, _, devs, _ in blocks(up)] == [(i,) for i in range(8)]  # "embed" on data
+    heights = [
+        p.get_height() for p in fig.axes[-1].patches if (p.get_gid() or "").startswith("bar:")
+    ]
+    assert heights == list(planned_bytes_per_device(abstract).values())
+
+
+def test_draw_param_shardings_rejects_non_array_leaf(params):
+    with pytest.raises(ValueError, match="'dense/activation'"):
+        draw_param_shardings({"dense": {"kernel": params["dense"]["kernel"], "activation": "relu"}})
+    with pytest.raises(ValueError, match="'host'.*no sharding"):
+        draw_param_shardings({"host": np.ones((4, 4))})
