@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 import pytest
 from nbmake.pytest_items import NotebookItem
 
@@ -43,7 +42,9 @@ def _parse_count(raw: str, where: str) -> int:
     try:
         n = int(raw)
     except ValueError:
-        raise pytest.UsageError(f"{where}={raw!r} is not a whole number; use one of {SUPPORTED_COUNTS}.") from None
+        raise pytest.UsageError(
+            f"{where}={raw!r} is not a whole number; use one of {SUPPORTED_COUNTS}."
+        ) from None
     if n not in SUPPORTED_COUNTS:
         raise pytest.UsageError(
             f"{where}={n}: the notebooks are written for {SUPPORTED_COUNTS} simulated devices "
@@ -64,7 +65,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     raw = config.getoption("--device-counts")
     if raw:
-        counts = tuple(_parse_count(c.strip(), "--device-counts") for c in raw.split(",") if c.strip())
+        counts = tuple(
+            _parse_count(c.strip(), "--device-counts") for c in raw.split(",") if c.strip()
+        )
     elif "NUM_DEVICES" in os.environ:
         counts = (_parse_count(os.environ["NUM_DEVICES"], "NUM_DEVICES"),)
     else:
@@ -87,7 +90,9 @@ class NotebookAtCount(NotebookItem):
     """nbmake's notebook item, run with ``NUM_DEVICES`` set for its kernel."""
 
     def __init__(self, parent: pytest.File, filename: str, count: int) -> None:
-        pytest.Item.__init__(self, f"{parent.name}[{count} device{'s' if count > 1 else ''}]", parent)
+        pytest.Item.__init__(
+            self, f"{parent.name}[{count} device{'s' if count > 1 else ''}]", parent
+        )
         self.filename = filename
         self.count = count
 
@@ -151,6 +156,10 @@ class NotebookAtCounts(pytest.File):
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.File | None:
-    if file_path.suffix == ".ipynb" and file_path.parent.name == "notebooks" and file_path.name[:2].isdigit():
+    if (
+        file_path.suffix == ".ipynb"
+        and file_path.parent.name == "notebooks"
+        and file_path.name[:2].isdigit()
+    ):
         return NotebookAtCounts.from_parent(parent, path=file_path)
     return None

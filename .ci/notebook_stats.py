@@ -25,7 +25,9 @@ def main() -> int:
     stats = Path(tempfile.mkdtemp()) / "stats.jsonl"
     env = {**os.environ, "NOTEBOOK_STATS": str(stats)}
     env.pop("NUM_DEVICES", None)
-    rc = subprocess.call([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "notebooks"], cwd=ROOT, env=env)
+    rc = subprocess.call(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "notebooks"], cwd=ROOT, env=env
+    )
     if rc != 0:
         return rc
     rows = [json.loads(line) for line in stats.read_text().splitlines()]
@@ -34,14 +36,22 @@ def main() -> int:
         by_nb.setdefault(r["notebook"], {})[r["devices"]] = r
     counts = sorted({r["devices"] for r in rows}, reverse=True)
     cpu = f"{os.cpu_count()} CPU cores ({platform.machine()})"
-    head = "| notebook | " + " | ".join(f"peak memory, {n} dev. | time, {n} dev." for n in counts) + " |"
+    head = (
+        "| notebook | "
+        + " | ".join(f"peak memory, {n} dev. | time, {n} dev." for n in counts)
+        + " |"
+    )
     sep = "|---|" + "---:|---:|" * len(counts)
     lines = [head, sep]
     for nb in sorted(by_nb):
         cells = []
         for n in counts:
             r = by_nb[nb].get(n)
-            cells += [f"{r['peak_rss_bytes'] / 2**30:.2f} GiB", f"{r['wall_s']:.0f} s"] if r else ["-", "-"]
+            cells += (
+                [f"{r['peak_rss_bytes'] / 2**30:.2f} GiB", f"{r['wall_s']:.0f} s"]
+                if r
+                else ["-", "-"]
+            )
         lines.append(f"| `{nb}` | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(

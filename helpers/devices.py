@@ -35,7 +35,9 @@ def _requested_count(n: int | None) -> int:
     else:
         source = f"n={n}"
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"use_simulated_devices: {source} must be a positive device count (got {n!r}).")
+        raise ValueError(
+            f"use_simulated_devices: {source} must be a positive device count (got {n!r})."
+        )
     return n
 
 
@@ -69,12 +71,16 @@ def use_simulated_devices(
         real_accelerators = os.environ.get(_ENV_REAL, "") == "1"
 
     if real_accelerators not in (True, False, "auto"):
-        raise ValueError(f"use_simulated_devices: real_accelerators={real_accelerators!r} must be True, False or 'auto'.")
+        raise ValueError(
+            f"use_simulated_devices: real_accelerators={real_accelerators!r} must be True, False or 'auto'."
+        )
 
     if real_accelerators is True:
         devices = jax.devices()
         if not quiet:
-            print(f"JAX {jax.__version__}: using this machine's real devices: {_describe(devices)}.")
+            print(
+                f"JAX {jax.__version__}: using this machine's real devices: {_describe(devices)}."
+            )
         return devices
 
     want = _requested_count(n)
@@ -84,14 +90,18 @@ def use_simulated_devices(
         devices = jax.devices()
         if devices[0].platform != "cpu":
             if not quiet:
-                print(f"JAX {jax.__version__}: using this machine's accelerators: {_describe(devices)}.")
+                print(
+                    f"JAX {jax.__version__}: using this machine's accelerators: {_describe(devices)}."
+                )
             return devices
     if compat.backend_started():
         devices = jax.devices()
         if devices[0].platform == "cpu" and len(devices) == want:
             if real_accelerators == "auto" and not quiet:
-                print(f"JAX {jax.__version__}: no GPU or TPU found; running on {_describe(devices)}, "
-                      "simulated on this machine's CPU.")
+                print(
+                    f"JAX {jax.__version__}: no GPU or TPU found; running on {_describe(devices)}, "
+                    "simulated on this machine's CPU."
+                )
             return devices
         raise RuntimeError(
             f"use_simulated_devices(n={want}): JAX has already started with "
@@ -105,7 +115,9 @@ def use_simulated_devices(
     if len(devices) != want:  # pragma: no cover - defensive: JAX ignored the request
         raise RuntimeError(f"asked JAX for {want} CPU devices but got {len(devices)}")
     if not quiet:
-        print(f"JAX {jax.__version__}: running on {_describe(devices)}, simulated on this machine's CPU.")
+        print(
+            f"JAX {jax.__version__}: running on {_describe(devices)}, simulated on this machine's CPU."
+        )
         if want == 1:
             print(
                 "Only one device: there is nothing to split, so every sharding below places "
@@ -115,7 +127,9 @@ def use_simulated_devices(
     return devices
 
 
-def make_mesh(shape: Sequence[int], names: Sequence[str], *, devices: Sequence[jax.Device] | None = None) -> Mesh:
+def make_mesh(
+    shape: Sequence[int], names: Sequence[str], *, devices: Sequence[jax.Device] | None = None
+) -> Mesh:
     """A device mesh whose axes are all ``AxisType.Auto`` (what Flax Linen expects).
 
     ``shape`` may use ``-1`` once, for "all remaining devices".
@@ -128,7 +142,9 @@ def make_mesh(shape: Sequence[int], names: Sequence[str], *, devices: Sequence[j
     names = tuple(names)
     devices = list(jax.devices() if devices is None else devices)
     if len(shape) != len(names):
-        raise ValueError(f"make_mesh: shape {tuple(shape)} has {len(shape)} axes but names {names} has {len(names)}.")
+        raise ValueError(
+            f"make_mesh: shape {tuple(shape)} has {len(shape)} axes but names {names} has {len(names)}."
+        )
     if shape.count(-1) > 1:
         raise ValueError(f"make_mesh: shape {tuple(shape)} may use -1 at most once.")
     if -1 in shape:

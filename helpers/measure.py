@@ -90,20 +90,31 @@ def sharding_table(tree: Any) -> str:
         total += math.prod(shape) * leaf.dtype.itemsize
         spec = spec_of(sharding)
         rows.append(
-            (name, str(shape), str(leaf.dtype), "-" if spec is None else str(tuple(spec)), str(local), _fmt_bytes(per_dev))
+            (
+                name,
+                str(shape),
+                str(leaf.dtype),
+                "-" if spec is None else str(tuple(spec)),
+                str(local),
+                _fmt_bytes(per_dev),
+            )
         )
     per_device = planned_bytes_per_device(tree)
     header = ("parameter", "shape", "dtype", "spec", "shard shape", "bytes/device")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    line = "  ".join("{:<%d}" % w for w in widths)
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [line.format(*header), "  ".join("-" * w for w in widths)]
     out += [line.format(*r) for r in rows]
     most = max(per_device.values()) if per_device else 0
     n = len(per_device)
     out.append("")
-    out.append(f"total: {_fmt_bytes(total)} in {len(rows)} arrays; "
-               f"largest per-device share: {_fmt_bytes(most)} on {n} device(s) "
-               f"({most / total:.1%} of total)" if total else "total: 0 B")
+    out.append(
+        f"total: {_fmt_bytes(total)} in {len(rows)} arrays; "
+        f"largest per-device share: {_fmt_bytes(most)} on {n} device(s) "
+        f"({most / total:.1%} of total)"
+        if total
+        else "total: 0 B"
+    )
     return "\n".join(out)
 
 
@@ -161,7 +172,8 @@ def _group_size(attrs: str, num_partitions: int) -> int:
     m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs)
     if m:
         sizes = dict(
-            (k.strip().strip("'"), int(v)) for k, v in (kv.split("=") for kv in m.group(1).split(","))
+            (k.strip().strip("'"), int(v))
+            for k, v in (kv.split("=") for kv in m.group(1).split(","))
         )
         axes = [a.strip().strip("'") for a in m.group(2).split(",") if a.strip()]
         return math.prod(sizes[a] for a in axes) if axes else 1
@@ -197,7 +209,12 @@ def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
     for line in text.splitlines():
         mi = _INSTR.match(line)
         if mi:
-            instrs[mi.group("name")] = (mi.group("type"), mi.group("op"), mi.group("args"), mi.group("attrs"))
+            instrs[mi.group("name")] = (
+                mi.group("type"),
+                mi.group("op"),
+                mi.group("args"),
+                mi.group("attrs"),
+            )
 
     stats: dict[str, dict[str, float]] = {}
     for type_text, op, args, attrs in instrs.values():
@@ -216,7 +233,14 @@ def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
         sizes = _type_bytes(result_type)
         n = _group_size(op_attrs, num_partitions)
         entry = stats.setdefault(
-            kind, {"ops": 0, "operands": 0, "bytes": 0, "sent_per_device": 0.0, "received_per_device": 0.0}
+            kind,
+            {
+                "ops": 0,
+                "operands": 0,
+                "bytes": 0,
+                "sent_per_device": 0.0,
+                "received_per_device": 0.0,
+            },
         )
         entry["ops"] += 1
         entry["operands"] += len(sizes)

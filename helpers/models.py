@@ -86,7 +86,9 @@ class MLPStack(nn.Module):
         x = x.astype(self.dtype)
         x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
         for i in range(self.n_layers):
-            x = MLPBlock(self.d_model, self.d_ff, self.dtype, self.param_dtype, name=f"block_{i}")(x)
+            x = MLPBlock(self.d_model, self.d_ff, self.dtype, self.param_dtype, name=f"block_{i}")(
+                x
+            )
             x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
         x = _layer_norm(self.dtype, self.param_dtype, name="final_norm")(x)
         logits = nn.Dense(
@@ -117,8 +119,19 @@ class ModelConfig:
 
     def param_count(self) -> int:
         """Parameters of the model, by formula (checked against init in the tests)."""
-        per_block = 2 * self.d_model + self.d_model * self.d_ff + self.d_ff + self.d_ff * self.d_model + self.d_model
-        return self.n_layers * per_block + 2 * self.d_model + self.d_model * self.n_classes + self.n_classes
+        per_block = (
+            2 * self.d_model
+            + self.d_model * self.d_ff
+            + self.d_ff
+            + self.d_ff * self.d_model
+            + self.d_model
+        )
+        return (
+            self.n_layers * per_block
+            + 2 * self.d_model
+            + self.d_model * self.n_classes
+            + self.n_classes
+        )
 
     def train_flops_per_step(self) -> float:
         """Matmul FLOPs of one training step by formula: 6 x tokens x matmul parameters."""
@@ -126,7 +139,9 @@ class ModelConfig:
         return 6.0 * self.batch * self.seq * matmul_params
 
 
-def synthetic_batch(key: jax.Array, cfg: ModelConfig, batch: int | None = None) -> tuple[jax.Array, jax.Array]:
+def synthetic_batch(
+    key: jax.Array, cfg: ModelConfig, batch: int | None = None
+) -> tuple[jax.Array, jax.Array]:
     """A batch of generated data: inputs ``(batch, seq, d_model)`` and integer labels ``(batch, seq)``.
 
     Labels come from a fixed random "teacher" projection of the inputs, so the task is

@@ -70,7 +70,9 @@ def _axes_of(entry: Any) -> tuple[str, ...]:
     return tuple(entry)
 
 
-def check_spec(shape: tuple[int, ...], spec: PartitionSpec, mesh: Mesh, name: str = "array") -> None:
+def check_spec(
+    shape: tuple[int, ...], spec: PartitionSpec, mesh: Mesh, name: str = "array"
+) -> None:
     """Raise ``ValueError`` unless ``spec`` can lay out an array of ``shape`` on ``mesh``.
 
     The message names the parameter, its shape and the offending mesh axis, instead of
@@ -78,7 +80,11 @@ def check_spec(shape: tuple[int, ...], spec: PartitionSpec, mesh: Mesh, name: st
     """
     shape = tuple(shape)
     if len(spec) > len(shape):
-        hint = " Use PartitionSpec() to replicate an array of any rank." if all(e is None for e in spec) else ""
+        hint = (
+            " Use PartitionSpec() to replicate an array of any rank."
+            if all(e is None for e in spec)
+            else ""
+        )
         raise ValueError(
             f"'{name}' has shape {shape} (rank {len(shape)}), but PartitionSpec{tuple(spec)} has "
             f"{len(spec)} entries: a spec may not have more entries than the array has dimensions.{hint}"
@@ -120,7 +126,9 @@ def shard_tree(tree: Any, specs: Any, mesh: Mesh) -> Any:
         )
     for (name, leaf), spec in zip(leaves, spec_leaves, strict=True):
         check_spec(tuple(leaf.shape), spec, mesh, name)
-    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, PartitionSpec))
+    shardings = jax.tree.map(
+        lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, PartitionSpec)
+    )
     return jax.device_put(tree, shardings)
 
 
@@ -160,7 +168,9 @@ def fsdp_plan(
     axes = _axes_of(axis)
     for ax in axes:
         if ax not in mesh.shape:
-            raise ValueError(f"fsdp_specs: axis '{ax}' is not a mesh axis; the mesh has {tuple(mesh.axis_names)}.")
+            raise ValueError(
+                f"fsdp_specs: axis '{ax}' is not a mesh axis; the mesh has {tuple(mesh.axis_names)}."
+            )
     n = math.prod(mesh.shape[a] for a in axes)
     leaves = leaves_with_paths(tree, "fsdp_specs")
     if base_specs is None:
@@ -168,7 +178,9 @@ def fsdp_plan(
     else:
         bases = jax.tree.leaves(base_specs, is_leaf=lambda s: isinstance(s, PartitionSpec))
         if len(bases) != len(leaves):
-            raise ValueError(f"fsdp_specs: base_specs has {len(bases)} specs for {len(leaves)} arrays.")
+            raise ValueError(
+                f"fsdp_specs: base_specs has {len(bases)} specs for {len(leaves)} arrays."
+            )
     entry = axes[0] if len(axes) == 1 else axes
     plan = []
     for (name, leaf), base in zip(leaves, bases, strict=True):
@@ -176,10 +188,14 @@ def fsdp_plan(
         base_entries = list(base) + [None] * (len(shape) - len(base))
         size = math.prod(shape)
         if n == 1:
-            plan.append(FSDPChoice(name, shape, base, f"axis size is 1: nothing to shard over {axes}"))
+            plan.append(
+                FSDPChoice(name, shape, base, f"axis size is 1: nothing to shard over {axes}")
+            )
             continue
         if size < min_size:
-            plan.append(FSDPChoice(name, shape, base, f"replicated: {size} elements < min_size={min_size}"))
+            plan.append(
+                FSDPChoice(name, shape, base, f"replicated: {size} elements < min_size={min_size}")
+            )
             continue
         free = [d for d in range(len(shape)) if base_entries[d] is None]
         fits = [d for d in free if shape[d] % n == 0]
@@ -194,7 +210,9 @@ def fsdp_plan(
         entries[dim] = entry
         while entries and entries[-1] is None:
             entries.pop()
-        plan.append(FSDPChoice(name, shape, P(*entries), f"dim {dim} (size {shape[dim]}) split {n} ways"))
+        plan.append(
+            FSDPChoice(name, shape, P(*entries), f"dim {dim} (size {shape[dim]}) split {n} ways")
+        )
     return plan
 
 

@@ -78,7 +78,9 @@ def init_sharded(
     return ShardedState(params, opt_state, shardings, opt_shardings)
 
 
-def opt_state_shardings(optimizer: optax.GradientTransformation, params: Any, shardings: Any, mesh: Mesh) -> Any:
+def opt_state_shardings(
+    optimizer: optax.GradientTransformation, params: Any, shardings: Any, mesh: Mesh
+) -> Any:
     """Shardings for ``optimizer.init(params)``: each parameter-shaped leaf like its parameter,
     everything else (step counters) replicated."""
     abstract = jax.eval_shape(optimizer.init, params)
@@ -107,23 +109,26 @@ def make_train_step(
     mesh: Mesh,
     state: ShardedState,
     rules: str | tuple[tuple[str, Any], ...],
-    batch_spec: PartitionSpec = P("data"),
+    batch_spec: PartitionSpec | None = None,
     donate: bool = True,
 ) -> Callable[[Any, Any, Any, Any], tuple[Any, Any, jax.Array]]:
     """A jitted ``step(params, opt_state, x, labels) -> (params, opt_state, loss)``.
 
     Inputs and outputs are pinned to the state's shardings; the batch is split by
-    ``batch_spec``. XLA inserts whatever collectives the layout needs (the gradient
+    ``batch_spec`` (default ``P("data")``). XLA inserts whatever collectives the layout needs (the gradient
     all-reduce for DP, all-gathers and reductions for FSDP, ...). With ``donate`` the
     old parameters and optimizer state are donated, so their memory is reused.
     """
     rules_t = logical_rules(rules) if isinstance(rules, str) else rules
+    batch_spec = P("data") if batch_spec is None else batch_spec
     data = NamedSharding(mesh, batch_spec)
     label_spec = P(*tuple(batch_spec)[:2])
     labels_sharding = NamedSharding(mesh, label_spec)
     replicated = NamedSharding(mesh, P())
 
-    def step(params: Any, opt_state: Any, x: jax.Array, labels: jax.Array) -> tuple[Any, Any, jax.Array]:
+    def step(
+        params: Any, opt_state: Any, x: jax.Array, labels: jax.Array
+    ) -> tuple[Any, Any, jax.Array]:
         def loss_fn(p: Any) -> jax.Array:
             with nn.logical_axis_rules(rules_t):
                 logits = model.apply({"params": p}, x)

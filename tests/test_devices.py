@@ -41,9 +41,13 @@ def test_env_count_zero(monkeypatch):
 
 
 def test_fresh_process_gets_requested_count():
-    code = "from helpers import use_simulated_devices as u; d = u(); print('N', len(d), d[0].platform)"
+    code = (
+        "from helpers import use_simulated_devices as u; d = u(); print('N', len(d), d[0].platform)"
+    )
     env = {**os.environ, "NUM_DEVICES": "3", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "N 3 cpu" in out.stdout
     assert "running on 3 CPU device(s)" in out.stdout
@@ -63,7 +67,10 @@ def test_make_mesh_fill_and_subset():
 
 
 def test_make_mesh_too_big_names_shape_and_count():
-    with pytest.raises(ValueError, match=r"mesh shape \(4, 4\) with axes \('data', 'model'\) needs 16 devices, but only 8"):
+    with pytest.raises(
+        ValueError,
+        match=r"mesh shape \(4, 4\) with axes \('data', 'model'\) needs 16 devices, but only 8",
+    ):
         make_mesh((4, 4), ("data", "model"))
 
 
@@ -74,7 +81,15 @@ def test_make_mesh_mismatched_names():
 
 @pytest.mark.parametrize(
     ("n", "axes", "expected"),
-    [(8, 2, (4, 2)), (4, 2, (2, 2)), (2, 2, (2, 1)), (1, 2, (1, 1)), (8, 3, (2, 2, 2)), (8, 1, (8,)), (6, 2, (3, 2))],
+    [
+        (8, 2, (4, 2)),
+        (4, 2, (2, 2)),
+        (2, 2, (2, 1)),
+        (1, 2, (1, 1)),
+        (8, 3, (2, 2, 2)),
+        (8, 1, (8,)),
+        (6, 2, (3, 2)),
+    ],
 )
 def test_mesh_shape_for(n, axes, expected):
     assert mesh_shape_for(n, axes) == expected

@@ -50,9 +50,15 @@ class JupyterServer:
         self.base = f"http://{LOOPBACK}:{self.port}"
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "jupyter", "server", "--no-browser",
-                f"--ServerApp.ip={LOOPBACK}", f"--ServerApp.port={self.port}",
-                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
+                sys.executable,
+                "-m",
+                "jupyter",
+                "server",
+                "--no-browser",
+                f"--ServerApp.ip={LOOPBACK}",
+                f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={self.token}",
                 f"--ServerApp.root_dir={root}",
             ],  # fmt: skip
             env=env,
@@ -74,7 +80,9 @@ class JupyterServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyter server exited: {self.proc.stdout.read().decode()[-2000:]}")
+                raise RuntimeError(
+                    f"jupyter server exited: {self.proc.stdout.read().decode()[-2000:]}"
+                )
             try:
                 self.request("GET", "/api/status")
                 return
@@ -100,10 +108,22 @@ def _execute(ws, code: str, timeout: float = 300) -> tuple[str, str]:
     ws.send(
         json.dumps(
             {
-                "header": {"msg_id": msg_id, "username": "test", "session": "s", "msg_type": "execute_request", "version": "5.3"},
+                "header": {
+                    "msg_id": msg_id,
+                    "username": "test",
+                    "session": "s",
+                    "msg_type": "execute_request",
+                    "version": "5.3",
+                },
                 "parent_header": {},
                 "metadata": {},
-                "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False},
+                "content": {
+                    "code": code,
+                    "silent": False,
+                    "store_history": True,
+                    "user_expressions": {},
+                    "allow_stdin": False,
+                },
                 "channel": "shell",
                 "buffers": [],
             }
@@ -137,12 +157,15 @@ def test_jupyter_server_lists_and_runs_notebooks():
     try:
         server.wait_ready()
         listing = server.request("GET", "/api/contents/notebooks")
-        listed = sorted(item["name"] for item in listing["content"] if item["name"].endswith(".ipynb"))
+        listed = sorted(
+            item["name"] for item in listing["content"] if item["name"].endswith(".ipynb")
+        )
         assert listed == NOTEBOOKS
 
         kernel = server.request("POST", "/api/kernels", {"name": "python3", "path": "notebooks"})
         ws = websocket.create_connection(
-            f"ws://{LOOPBACK}:{server.port}/api/kernels/{kernel['id']}/channels?token={server.token}", timeout=60
+            f"ws://{LOOPBACK}:{server.port}/api/kernels/{kernel['id']}/channels?token={server.token}",
+            timeout=60,
         )
         try:
             nb = nbformat.read(ROOT / "notebooks" / NOTEBOOKS[0], as_version=4)
@@ -152,7 +175,9 @@ def test_jupyter_server_lists_and_runs_notebooks():
                 if "raises-exception" in cell.metadata.get("tags", []):
                     assert status == "error", f"cell {i} is tagged raises-exception but ran clean"
                 else:
-                    assert status == "ok", f"cell {i} failed through the server:\n{cell.source[:200]}"
+                    assert status == "ok", (
+                        f"cell {i} failed through the server:\n{cell.source[:200]}"
+                    )
                 if i == 0:
                     assert "running on 2 CPU device(s)" in text  # the server passed NUM_DEVICES on
                 ran += 1
@@ -179,7 +204,9 @@ def _pins(path: Path) -> dict[str, str]:
 def test_binder_pins_match_requirements():
     binder, main = _pins(ROOT / "binder" / "requirements.txt"), _pins(ROOT / "requirements.txt")
     for pkg in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "matplotlib", "jupyterlab"):
-        assert binder.get(pkg) == main.get(pkg), f"binder pins {pkg}=={binder.get(pkg)}, requirements.txt {main.get(pkg)}"
+        assert binder.get(pkg) == main.get(pkg), (
+            f"binder pins {pkg}=={binder.get(pkg)}, requirements.txt {main.get(pkg)}"
+        )
     assert (ROOT / "binder" / "runtime.txt").read_text().strip().startswith("python-3.")
 
 
@@ -195,7 +222,12 @@ def test_binder_recipe_replays_in_a_new_environment(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
     new_site = Path(
-        subprocess.run([str(py), "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True, check=True).stdout.strip()
+        subprocess.run(
+            [str(py), "-c", "import site; print(site.getsitepackages()[0])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     )
     # Layer the new environment over this one: its packages are visible, new installs land in the new one.
     (new_site / "_layer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
@@ -206,9 +238,13 @@ def test_binder_recipe_replays_in_a_new_environment(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert pip.returncode == 0, pip.stdout + pip.stderr
-    post = subprocess.run(["bash", "binder/postBuild"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    post = subprocess.run(
+        ["bash", "binder/postBuild"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert post.returncode == 0, post.stdout + post.stderr
-    check = subprocess.run([str(py), "-m", "pip", "check"], env=env, capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [str(py), "-m", "pip", "check"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert check.returncode == 0, check.stdout
     probe = (
         "import os, helpers, jax, flax; "

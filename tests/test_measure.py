@@ -22,7 +22,9 @@ def mesh():
 
 
 def test_memory_per_device_sharded_and_replicated(mesh):
-    tree = shard_tree({"w": jnp.ones((64, 32)), "b": jnp.ones((32,))}, {"w": P("data"), "b": P()}, mesh)
+    tree = shard_tree(
+        {"w": jnp.ones((64, 32)), "b": jnp.ones((32,))}, {"w": P("data"), "b": P()}, mesh
+    )
     mem = memory_per_device(tree)
     assert list(mem) == [f"cpu:{i}" for i in range(8)]
     assert set(mem.values()) == {64 * 32 * 4 // 8 + 32 * 4}
@@ -30,19 +32,33 @@ def test_memory_per_device_sharded_and_replicated(mesh):
 
 
 def test_planned_bytes_for_abstract_tree(mesh):
-    abstract = {"w": jax.ShapeDtypeStruct((16, 4), jnp.bfloat16, sharding=NamedSharding(mesh, P("data")))}
+    abstract = {
+        "w": jax.ShapeDtypeStruct((16, 4), jnp.bfloat16, sharding=NamedSharding(mesh, P("data")))
+    }
     assert planned_bytes_per_device(abstract) == {f"cpu:{i}": 2 * 4 * 2 for i in range(8)}
     with pytest.raises(ValueError, match="not a placed jax.Array"):
         memory_per_device(abstract)
 
 
 def test_sharding_table_rows_and_totals(mesh):
-    tree = shard_tree({"w": jnp.ones((64, 32)), "b": jnp.ones((32,))}, {"w": P("data"), "b": P()}, mesh)
+    tree = shard_tree(
+        {"w": jnp.ones((64, 32)), "b": jnp.ones((32,))}, {"w": P("data"), "b": P()}, mesh
+    )
     table = sharding_table(tree)
     lines = table.splitlines()
-    assert lines[0].split() == ["parameter", "shape", "dtype", "spec", "shard", "shape", "bytes/device"]
+    assert lines[0].split() == [
+        "parameter",
+        "shape",
+        "dtype",
+        "spec",
+        "shard",
+        "shape",
+        "bytes/device",
+    ]
     row_w = next(line for line in lines if line.startswith("w "))
-    assert "(64, 32)" in row_w and "('data',)" in row_w and "(8, 32)" in row_w and "1.0 KiB" in row_w
+    assert (
+        "(64, 32)" in row_w and "('data',)" in row_w and "(8, 32)" in row_w and "1.0 KiB" in row_w
+    )
     row_b = next(line for line in lines if line.startswith("b "))
     assert "()" in row_b and "128 B" in row_b
     assert "total: 8.1 KiB in 2 arrays" in table
@@ -86,7 +102,7 @@ def test_collectives_of_fsdp_gradient(mesh):
 def test_no_collectives_without_sharding(mesh):
     compiled = jax.jit(lambda x: x * 2).lower(jnp.ones(4)).compile()
     assert collective_stats(compiled) == {}
-    assert format_collectives({}) .startswith("no collectives")
+    assert format_collectives({}).startswith("no collectives")
 
 
 HLO_ASYNC = """

@@ -12,7 +12,9 @@ CFG = ModelConfig(d_model=64, d_ff=128, n_layers=1, n_classes=8, batch=16, seq=4
 
 
 def test_param_count_formula_matches_init():
-    params = jax.eval_shape(CFG.model().init, jax.random.key(0), jnp.ones((2, CFG.seq, CFG.d_model)))
+    params = jax.eval_shape(
+        CFG.model().init, jax.random.key(0), jnp.ones((2, CFG.seq, CFG.d_model))
+    )
     n = sum(np.prod(x.shape) for x in jax.tree.leaves(params))
     assert n == CFG.param_count()
 
@@ -26,7 +28,9 @@ def test_synthetic_batch_shapes_and_determinism():
 
 
 def test_cross_entropy_of_uniform_logits():
-    assert float(cross_entropy(jnp.zeros((2, 3, 8)), jnp.zeros((2, 3), jnp.int32))) == pytest.approx(np.log(8))
+    assert float(
+        cross_entropy(jnp.zeros((2, 3, 8)), jnp.zeros((2, 3), jnp.int32))
+    ) == pytest.approx(np.log(8))
 
 
 def _train(strategy, shape, steps=3):
@@ -59,12 +63,18 @@ def test_fsdp_shards_params_and_adam_state(dp_run):
     assert mu.sharding.spec == kernel.sharding.spec
 
 
-@pytest.mark.parametrize(("strategy", "shape"), [("fsdp", (8, 1)), ("tp", (1, 8)), ("hybrid", (4, 2))])
+@pytest.mark.parametrize(
+    ("strategy", "shape"), [("fsdp", (8, 1)), ("tp", (1, 8)), ("hybrid", (4, 2))]
+)
 def test_strategies_train_the_same_model(dp_run, strategy, shape):
     _, dp_params, _, dp_losses = dp_run
     _, params, _, losses = _train(strategy, shape)
     np.testing.assert_allclose(losses, dp_losses, rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(jax.device_get(params)), jax.tree.leaves(jax.device_get(dp_params)), strict=True):
+    for a, b in zip(
+        jax.tree.leaves(jax.device_get(params)),
+        jax.tree.leaves(jax.device_get(dp_params)),
+        strict=True,
+    ):
         np.testing.assert_allclose(a, b, atol=1e-4)
 
 

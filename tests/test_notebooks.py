@@ -25,7 +25,9 @@ NOTEBOOKS = ROOT / "notebooks"
 MDS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.md"))
 IPYNBS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 REPO_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-COLAB_PREFIX = "https://colab.research.google.com/github/" + REPO_URL.removeprefix("https://github.com/")
+COLAB_PREFIX = "https://colab.research.google.com/github/" + REPO_URL.removeprefix(
+    "https://github.com/"
+)
 
 
 def _code_cells(nb) -> list:
@@ -37,14 +39,22 @@ def test_there_are_notebooks():
 
 
 def test_every_notebook_is_a_pair():
-    assert [p.stem for p in MDS] == [p.stem for p in IPYNBS], "each NN_name.md needs its NN_name.ipynb and back"
+    assert [p.stem for p in MDS] == [p.stem for p in IPYNBS], (
+        "each NN_name.md needs its NN_name.ipynb and back"
+    )
 
 
 @pytest.mark.parametrize("ipynb", IPYNBS, ids=lambda p: p.name)
 def test_ipynb_has_no_outputs(ipynb):
     nb = nbformat.read(ipynb, as_version=4)
-    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
-    assert not dirty, f"{ipynb.name}: code cells {dirty} carry outputs; regenerate with jupytext --to ipynb"
+    dirty = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.outputs or c.execution_count)
+    ]
+    assert not dirty, (
+        f"{ipynb.name}: code cells {dirty} carry outputs; regenerate with jupytext --to ipynb"
+    )
 
 
 def _cell_view(nb) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -82,7 +92,10 @@ def test_colab_badge_points_at_this_notebook(ipynb):
     intro = next(c.source for c in nb.cells if c.cell_type == "markdown")
     assert f"{COLAB_PREFIX}/blob/main/notebooks/{ipynb.name}" in intro
     assert "colab-badge.svg" in intro
-    urls = re.findall(r"https://colab\.research\.google\.com/github/[^\s)\"]+", "\n".join(c.source for c in nb.cells))
+    urls = re.findall(
+        r"https://colab\.research\.google\.com/github/[^\s)\"]+",
+        "\n".join(c.source for c in nb.cells),
+    )
     assert all(u.startswith(COLAB_PREFIX) for u in urls), urls
 
 
@@ -127,10 +140,14 @@ _FETCHERS = re.compile(
 def test_reads_nothing_from_outside(ipynb):
     for i, cell in enumerate(_code_cells(nbformat.read(ipynb, as_version=4))):
         src = cell.source
-        assert not _FETCHERS.search(src), f"{ipynb.name} code cell {i} fetches something: {src[:80]!r}"
+        assert not _FETCHERS.search(src), (
+            f"{ipynb.name} code cell {i} fetches something: {src[:80]!r}"
+        )
         urls = [u for u in re.findall(r"https?://[^\s\"')]+", src) if u != REPO_URL]
         assert not urls, f"{ipynb.name} code cell {i} uses URLs {urls}"
-        for path in re.findall(r"(?:open|imread|load|read_text|read_bytes)\(\s*[\"']([^\"']+)[\"']", src):
+        for path in re.findall(
+            r"(?:open|imread|load|read_text|read_bytes)\(\s*[\"']([^\"']+)[\"']", src
+        ):
             assert (ipynb.parent / path).exists() or (ROOT / path).exists(), (
                 f"{ipynb.name} code cell {i} reads {path!r}, which the repository does not ship"
             )

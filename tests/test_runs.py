@@ -14,7 +14,10 @@ from nbclient.exceptions import CellExecutionError
 ROOT = Path(__file__).resolve().parents[1]
 
 # Lines that report a duration or a speed legitimately differ between runs.
-_TIMING = re.compile(r"\b(time|timing|timed|ms|µs|seconds?|sec|s/step|steps?/s|tokens/s|it/s|elapsed|faster|slower|ratio|took|wall)\b", re.I)
+_TIMING = re.compile(
+    r"\b(time|timing|timed|ms|µs|seconds?|sec|s/step|steps?/s|tokens/s|it/s|elapsed|faster|slower|ratio|took|wall)\b",
+    re.I,
+)
 _ADDRESS = re.compile(r"0x[0-9a-f]+")
 
 
@@ -23,7 +26,12 @@ def _run(path: Path, count: int) -> list[str]:
     old = os.environ.get("NUM_DEVICES")
     os.environ["NUM_DEVICES"] = str(count)
     try:
-        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=600,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
     finally:
         if old is None:
             os.environ.pop("NUM_DEVICES", None)
@@ -52,7 +60,15 @@ def test_notebook_prints_the_same_numbers_twice():
 
 def test_kernels_turn_deprecations_into_errors(tmp_path):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("import warnings\nwarnings.warn('old API', DeprecationWarning)")]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_code_cell("import warnings\nwarnings.warn('old API', DeprecationWarning)")
+    ]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     with pytest.raises(CellExecutionError, match="old API"):
-        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+        NotebookClient(
+            nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        ).execute()

@@ -23,22 +23,33 @@ def mesh():
 
 
 def test_spec_longer_than_rank(mesh):
-    with pytest.raises(ValueError, match=r"'bias' has shape \(128,\) \(rank 1\), but PartitionSpec\(None, None\) has 2 entries.*PartitionSpec\(\) to replicate"):
+    with pytest.raises(
+        ValueError,
+        match=r"'bias' has shape \(128,\) \(rank 1\), but PartitionSpec\(None, None\) has 2 entries.*PartitionSpec\(\) to replicate",
+    ):
         check_spec((128,), P(None, None), mesh, "bias")
 
 
 def test_unknown_axis(mesh):
-    with pytest.raises(ValueError, match=r"'w' \(shape \(8, 4\)\).*names mesh axis 'batch', but the mesh has axes \('data', 'model'\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"'w' \(shape \(8, 4\)\).*names mesh axis 'batch', but the mesh has axes \('data', 'model'\)",
+    ):
         check_spec((8, 4), P("batch"), mesh, "w")
 
 
 def test_indivisible_dimension(mesh):
-    with pytest.raises(ValueError, match=r"'w' has shape \(6, 4\): dimension 0 has size 6, which mesh axis 'data' \(size 4\) does not divide"):
+    with pytest.raises(
+        ValueError,
+        match=r"'w' has shape \(6, 4\): dimension 0 has size 6, which mesh axis 'data' \(size 4\) does not divide",
+    ):
         check_spec((6, 4), P("data", None), mesh, "w")
 
 
 def test_indivisible_by_two_axes(mesh):
-    with pytest.raises(ValueError, match=r"dimension 1 has size 12.*'data' \(size 4\) x 'model' \(size 2\)"):
+    with pytest.raises(
+        ValueError, match=r"dimension 1 has size 12.*'data' \(size 4\) x 'model' \(size 2\)"
+    ):
         check_spec((3, 12), P(None, ("data", "model")), mesh, "w")
 
 
