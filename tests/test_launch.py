@@ -24,6 +24,7 @@ import site
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -48,6 +49,9 @@ class JupyterServer:
         self.port = _free_port()
         self.token = secrets.token_hex(16)
         self.base = f"http://{LOOPBACK}:{self.port}"
+        self.log = (
+            tempfile.TemporaryFile()
+        )  # a file, not a pipe: a full pipe would block the server
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -60,9 +64,10 @@ class JupyterServer:
                 "--ServerApp.port_retries=0",
                 f"--IdentityProvider.token={self.token}",
                 f"--ServerApp.root_dir={root}",
+                "--allow-root",
             ],  # fmt: skip
             env=env,
-            stdout=subprocess.PIPE,
+            stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
