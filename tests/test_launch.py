@@ -85,9 +85,8 @@ class JupyterServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"jupyter server exited: {self.proc.stdout.read().decode()[-2000:]}"
-                )
+                self.log.seek(0)
+                raise RuntimeError(f"jupyter server exited: {self.log.read().decode()[-2000:]}")
             try:
                 self.request("GET", "/api/status")
                 return
