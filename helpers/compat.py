@@ -16,6 +16,7 @@ from jax.sharding import AxisType, Mesh
 
 __all__ = [
     "AxisType",
+    "gloo_on_loopback",
     "auto_mesh",
     "backend_started",
     "cost_flops",
@@ -71,3 +72,29 @@ def cost_flops(compiled: Any) -> float | None:
     if not cost or "flops" not in cost:
         return None
     return float(cost["flops"])
+
+
+def gloo_on_loopback(coordinator_is_loopback: Any) -> None:
+    """Make JAX's CPU gloo collectives listen on 127.0.0.1 only, for one-machine jobs.
+
+    JAX's CPU client makes gloo listen on the address this machine's hostname resolves
+    to, and has no public switch for it. For a job whose coordinator is on loopback (a
+    simulated, one-machine job) nothing should listen elsewhere, so the CPU backend
+    factory is re-registered, before the backend starts, with gloo pinned to 127.0.0.1.
+    The factory runs after ``jax.distributed.initialize``, so it sees the coordinator
+    address even when JAX detected it (SLURM). ``coordinator_is_loopback(address)``
+    decides. Private API: checked on jax 0.8.0, 0.10.2 and 0.12.0.
+    """
+    from jax._src import distributed, xla_bridge
+    from jax._src.lib import _jax
+
+    def make_cpu_client() -> Any:
+        state = distributed.global_state
+        gloo = None
+        if state.client is not None and coordinator_is_loopback(state.coordinator_address):
+            gloo = _jax.make_gloo_tcp_collectives(
+                distributed_client=state.client, hostname="127.0.0.1"
+            )
+        return xla_bridge.make_cpu_client(collectives=gloo)
+
+    xla_bridge.register_backend_factory("cpu", make_cpu_client, priority=0, fail_quietly=False)
