@@ -3,6 +3,15 @@
 The notebooks import these names; each one is documented and tested in ``tests/``.
 """
 
+from helpers.checkpoint import (
+    SavedArray,
+    checkpoint_files,
+    failing_writes,
+    format_checkpoint_files,
+    format_saved_layout,
+    paused_writes,
+    saved_layout,
+)
 from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
 from helpers.draw import device_color, draw_mesh, draw_param_shardings, draw_sharding
 from helpers.measure import (
@@ -28,6 +37,13 @@ from helpers.sharding import (
 )
 
 __all__ = [
+    "SavedArray",
+    "checkpoint_files",
+    "failing_writes",
+    "format_checkpoint_files",
+    "format_saved_layout",
+    "paused_writes",
+    "saved_layout",
     "LOGICAL_RULES",
     "STRATEGY_AXES",
     "FSDPChoice",

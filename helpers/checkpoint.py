@@ -1,0 +1,339 @@
+"""Around orbax checkpoints: what lands on disk, how the shards were written, and storage faults.
+
+Saving and restoring themselves are orbax's own API, taught in notebook 06
+(``ocp.CheckpointManager``, ``ocp.args.StandardSave`` and ``ocp.args.StandardRestore``
+with a target tree that carries the shardings wanted). This module holds what the
+notebook and the tests need around those calls:
+
+- ``checkpoint_files`` / ``format_checkpoint_files``: every file under a checkpoint
+  directory with its size, and a listing a person can read.
+- ``saved_layout`` / ``format_saved_layout``: per saved array, its shape and dtype, the
+  ``PartitionSpec`` and mesh it was saved from, and the chunk shape orbax wrote.
+- ``paused_writes`` / ``failing_writes``: hold back, or break, the background commit of
+  every save started inside a ``with`` block, so that a checkpoint caught half-way can be
+  looked at and tested deterministically.
+
+orbax-checkpoint is the optional ``checkpoint`` extra of this package, so it is imported
+only inside the functions that need it: ``import helpers`` works without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import math
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from helpers.measure import format_bytes
+from helpers.sharding import path_str
+
+__all__ = [
+    "SavedArray",
+    "checkpoint_files",
+    "failing_writes",
+    "format_checkpoint_files",
+    "format_saved_layout",
+    "paused_writes",
+    "saved_layout",
+]
+
+# ---------------------------------------------------------------------------
+# What lands on disk
+# ---------------------------------------------------------------------------
+
+# OCDBT data files and similar content-addressed blobs: 32 hex digits, nothing else.
+_HASHED = re.compile(r"^[0-9a-f]{32}$")
+
+
+def checkpoint_files(root: str | Path) -> dict[str, int]:
+    """Every file under ``root``: its path relative to ``root`` (with ``/``) -> its size in bytes.
+
+    Sorted by path. Directories are not listed themselves, only the files in them.
+
+    Raises:
+      FileNotFoundError: ``root`` does not exist.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoint_files: {root} is not a directory.")
+    files = {
+        p.relative_to(root).as_posix(): p.stat().st_size for p in root.rglob("*") if p.is_file()
+    }
+    return dict(sorted(files.items()))
+
+
+def _dir_size(path: Path) -> tuple[int, int]:
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def format_checkpoint_files(root: str | Path, max_depth: int | None = None) -> str:
+    """A tree listing of ``root`` with the size of every file and of every directory.
+
+    Directories end in ``/`` and show their total size and file count. Files whose names
+    are 32 hex digits (the content-addressed data files of orbax's OCDBT format) are
+    folded into one line per directory, ``<k> data files``, since their names say
+    nothing. Below ``max_depth`` levels a directory is shown only as its summary line.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"format_checkpoint_files: {root} is not a directory.")
+    rows: list[tuple[str, str]] = []
+
+    def walk(path: Path, depth: int) -> None:
+        entries = sorted(path.iterdir(), key=lambda p: (p.is_file(), p.name))
+        hashed = [p for p in entries if p.is_file() and _HASHED.match(p.name)]
+        indent = "  " * depth
+        for p in entries:
+            if p in hashed:
+                continue
+            if p.is_dir():
+                size, count = _dir_size(p)
+                rows.append(
+                    (
+                        f"{indent}{p.name}/",
+                        f"{format_bytes(size)} in {count} file{'s' * (count != 1)}",
+                    )
+                )
+                if max_depth is None or depth + 1 < max_depth:
+                    walk(p, depth + 1)
+            else:
+                rows.append((f"{indent}{p.name}", format_bytes(p.stat().st_size)))
+        if hashed:
+            size = sum(p.stat().st_size for p in hashed)
+            rows.append(
+                (f"{indent}<{len(hashed)} data file{'s' * (len(hashed) != 1)}>", format_bytes(size))
+            )
+
+    size, count = _dir_size(root)
+    rows.append((f"{root.name}/", f"{format_bytes(size)} in {count} file{'s' * (count != 1)}"))
+    walk(root, 1)
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {info}" for name, info in rows)
+
+
+# ---------------------------------------------------------------------------
+# How the shards were written
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SavedArray:
+    """One array of a checkpoint, as orbax's metadata describes it.
+
+    ``saved_spec`` holds the ``PartitionSpec`` entries it was saved with (``None`` when its
+    sharding was not a ``NamedSharding``), ``saved_mesh`` the mesh's axis sizes then, and
+    ``chunk_shape`` the shape of the blocks orbax wrote, one chunk each.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    saved_spec: tuple[Any, ...] | None
+    saved_mesh: dict[str, int] | None
+    chunk_shape: tuple[int, ...] | None
+
+    @property
+    def chunks(self) -> int | None:
+        """How many chunks the array was written as (shape / chunk shape, rounded up)."""
+        if self.chunk_shape is None:
+            return None
+        return math.prod(-(-s // c) for s, c in zip(self.shape, self.chunk_shape, strict=True) if c)
+
+
+def saved_layout(metadata: Any) -> list[SavedArray]:
+    """Per array, what ``manager.item_metadata(step)`` (or ``checkpointer.metadata(path)``) records.
+
+    Accepts orbax's ``TreeMetadata`` or the plain tree inside it. The tree is walked in
+    its own order (orbax sorts keys); a leaf without a field orbax did not record gets
+    ``None`` there.
+    """
+    tree = getattr(metadata, "tree", metadata)
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if leaf is None:
+            continue
+        shape = getattr(leaf, "shape", None)
+        if shape is None:
+            raise ValueError(
+                f"saved_layout: '{path_str(path)}' is a {type(leaf).__name__}, not array metadata."
+            )
+        sharding = getattr(leaf, "sharding", None)
+        spec = getattr(sharding, "partition_spec", None)
+        axis_names = getattr(sharding, "axis_names", None)
+        mesh_shape = getattr(sharding, "shape", None)
+        mesh = None
+        if axis_names is not None and mesh_shape is not None:
+            mesh = {str(a): int(s) for a, s in zip(axis_names, mesh_shape, strict=True)}
+        storage = getattr(leaf, "storage", None)
+        chunk = getattr(storage, "chunk_shape", None)
+        out.append(
+            SavedArray(
+                path=path_str(path),
+                shape=tuple(int(s) for s in shape),
+                dtype=str(getattr(leaf, "dtype", "?")),
+                saved_spec=None if spec is None else tuple(spec),
+                saved_mesh=mesh,
+                chunk_shape=None if chunk is None else tuple(int(c) for c in chunk),
+            )
+        )
+    return out
+
+
+def _spec_text(spec: tuple[Any, ...] | None) -> str:
+    if spec is None:
+        return "-"
+    return "P(" + ", ".join(repr(e) if e is not None else "None" for e in spec) + ")"
+
+
+def format_saved_layout(metadata: Any, prefix: str = "") -> str:
+    """``saved_layout`` as a text table, keeping only arrays whose path starts with ``prefix``.
+
+    Columns: path, shape, dtype, the spec it was saved with, the chunk shape orbax wrote
+    and how many chunks that makes. A last line names the mesh(es) the arrays were saved from.
+    """
+    rows = [a for a in saved_layout(metadata) if a.path.startswith(prefix)]
+    if not rows:
+        raise ValueError(f"format_saved_layout: no saved array path starts with {prefix!r}.")
+    header = ("array", "shape", "dtype", "saved with", "chunk shape", "chunks")
+    body = [
+        (a.path, str(a.shape), a.dtype, _spec_text(a.saved_spec), str(a.chunk_shape), str(a.chunks))
+        for a in rows
+    ]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [
+        line.format(*header),
+        "  ".join("-" * w for w in widths),
+        *(line.format(*r) for r in body),
+    ]
+    meshes = sorted({tuple(a.saved_mesh.items()) for a in rows if a.saved_mesh}, key=str)
+    if meshes:
+        out.append("")
+        out.append("saved from mesh " + "; ".join(str(dict(m)) for m in meshes))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------
+# Storage faults, to look at (and test) a checkpoint caught half-way
+# ---------------------------------------------------------------------------
+#
+# orbax saves in two phases. ``manager.save(...)`` blocks only while the arrays are copied
+# off the devices and their writes are started; ``ArrayHandler.serialize`` returns the
+# futures of those writes. A background thread then waits for every future and, only when
+# all of them succeed, commits the checkpoint: it renames ``<step>.orbax-checkpoint-tmp``
+# to ``<step>`` and records the commit. The helpers below add one more future to that
+# list, one that waits for a gate or raises, so the commit is held back or fails after
+# the array data has been handed to storage. Nothing else about orbax changes.
+
+
+class _ExtraFuture:
+    """The smallest object orbax's commit thread accepts as a future: ``result`` and ``cancel``."""
+
+    def __init__(self, wait: Any) -> None:
+        self._wait = wait
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._wait()
+
+    def cancel(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _extra_commit_future(make_future: Any) -> Iterator[None]:
+    from orbax.checkpoint import type_handlers
+
+    handler_cls = type_handlers.ArrayHandler
+    original = handler_cls.serialize
+
+    async def serialize(self: Any, values: Any, infos: Any, args: Any = None) -> list[Any]:
+        futures = await original(self, values, infos, args)
+        return [*futures, make_future()]
+
+    handler_cls.serialize = serialize
+    try:
+        yield
+    finally:
+        handler_cls.serialize = original
+
+
+@contextlib.contextmanager
+def paused_writes() -> Iterator[None]:
+    """Hold back the commit of every orbax save started inside this block until the block ends.
+
+    Inside the block, ``manager.save(step, ...)`` returns as usual and its array data is
+    written, but the checkpoint stays uncommitted: its directory is still named
+    ``<step>.orbax-checkpoint-tmp`` and ``manager.is_saving_in_progress()`` is True.
+    Leaving the block lets the commit go ahead; ``manager.wait_until_finished()`` then
+    returns with the checkpoint committed. A process killed inside the block dies
+    mid-save, deterministically.
+    """
+    gate = threading.Event()
+    with _extra_commit_future(lambda: _ExtraFuture(gate.wait)):
+        try:
+            yield
+        finally:
+            gate.set()
+
+
+class _DropInjectedFailure(logging.Filter):
+    """Drops orbax's (absl's) log records, with their tracebacks, about one injected error."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        seen: set[int] = set()
+        while exc is not None and id(exc) not in seen:
+            if exc is self.error:
+                return False
+            seen.add(id(exc))
+            exc = exc.__cause__ or exc.__context__
+        return str(self.error) not in record.getMessage()
+
+
+@contextlib.contextmanager
+def failing_writes(
+    error: BaseException | None = None, *, quiet: bool = True
+) -> Iterator[BaseException]:
+    """Make every orbax save started inside this block fail before it is committed.
+
+    The array data is handed to storage as usual; then the background commit raises
+    ``error`` (by default ``OSError(ENOSPC, "No space left on device ...")``), as a full
+    disk or a lost connection would. The checkpoint is never committed: it stays as
+    ``<step>.orbax-checkpoint-tmp``. orbax raises the error from the next
+    ``manager.wait_until_finished()`` (or ``save``/``close``), so call that inside the
+    block. Yields the error object.
+
+    With ``quiet`` (the default), orbax's own log lines about this error, each with a full
+    traceback, are dropped while the block is open; the raised exception says the same.
+    """
+    if error is None:
+        error = OSError(
+            errno.ENOSPC, "No space left on device (injected by helpers.checkpoint.failing_writes)"
+        )
+
+    def fail() -> None:
+        raise error
+
+    log_filter = _DropInjectedFailure(error)
+    absl_logger = logging.getLogger("absl")
+    if quiet:
+        absl_logger.addFilter(log_filter)
+    try:
+        with _extra_commit_future(lambda: _ExtraFuture(fail)):
+            yield error
+    finally:
+        if quiet:
+            absl_logger.removeFilter(log_filter)
