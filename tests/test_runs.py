@@ -72,3 +72,38 @@ def test_kernels_turn_deprecations_into_errors(tmp_path):
         NotebookClient(
             nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
         ).execute()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "NUM_DEVICES=0: the notebooks are written for (1, 2, 4, 8) simulated devices"),
+        ("16", "NUM_DEVICES=16: the notebooks are written for (1, 2, 4, 8) simulated devices"),
+        ("many", "NUM_DEVICES='many' is not a whole number"),
+    ],
+)
+def test_wrong_device_count_gets_one_clear_line(value, message):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUM_DEVICES": value}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:xdist",
+            "tests/test_runs.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 4  # pytest's usage error
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
