@@ -26,7 +26,7 @@ def main() -> int:
     env = {**os.environ, "NOTEBOOK_STATS": str(stats)}
     env.pop("NUM_DEVICES", None)
     rc = subprocess.call(
-        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "notebooks"], cwd=ROOT, env=env
+        [sys.executable, "-m", "pytest", "-n", "0", "-q", "notebooks"], cwd=ROOT, env=env
     )
     if rc != 0:
         return rc
