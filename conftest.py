@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -81,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     startup.mkdir(parents=True)
     (startup / "00-deprecations-are-errors.py").write_text(_STARTUP)
     os.environ["IPYTHONDIR"] = str(ipython_dir)
+    config.add_cleanup(lambda: shutil.rmtree(ipython_dir, ignore_errors=True))
 
 
 _COUNTS = pytest.StashKey[tuple[int, ...]]()

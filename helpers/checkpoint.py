@@ -23,7 +23,9 @@ import contextlib
 import errno
 import logging
 import math
+import os
 import re
+import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,15 +66,38 @@ def checkpoint_files(root: str | Path) -> dict[str, int]:
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"checkpoint_files: {root} is not a directory.")
-    files = {
-        p.relative_to(root).as_posix(): p.stat().st_size for p in root.rglob("*") if p.is_file()
-    }
+    files = {p.relative_to(root).as_posix(): size for p, size in _sized_files(root)}
     return dict(sorted(files.items()))
 
 
+def _file_size(path: Path) -> int | None:
+    """The size of a regular file, or None if it is not one (or vanished meanwhile)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _sized_files(root: Path) -> list[tuple[Path, int]]:
+    """Every regular file under ``root`` with its size.
+
+    A save in flight renames directories and creates and deletes lock files while we
+    look; whatever vanishes between listing and ``stat`` is skipped, not an error.
+    """
+    out = []
+    for dirpath, _, names in os.walk(root):  # os.walk skips directories that vanish
+        for name in names:
+            path = Path(dirpath, name)
+            size = _file_size(path)
+            if size is not None:
+                out.append((path, size))
+    return out
+
+
 def _dir_size(path: Path) -> tuple[int, int]:
-    files = [p for p in path.rglob("*") if p.is_file()]
-    return sum(p.stat().st_size for p in files), len(files)
+    files = _sized_files(path)
+    return sum(size for _, size in files), len(files)
 
 
 def format_checkpoint_files(root: str | Path, max_depth: int | None = None) -> str:
@@ -89,13 +114,19 @@ def format_checkpoint_files(root: str | Path, max_depth: int | None = None) -> s
     rows: list[tuple[str, str]] = []
 
     def walk(path: Path, depth: int) -> None:
-        entries = sorted(path.iterdir(), key=lambda p: (p.is_file(), p.name))
-        hashed = [p for p in entries if p.is_file() and _HASHED.match(p.name)]
+        try:
+            entries = sorted(path.iterdir(), key=lambda p: (p.is_file(), p.name))
+        except FileNotFoundError:  # renamed by a commit while we looked
+            return
+        sizes = {p: _file_size(p) for p in entries}
+        hashed = [p for p in entries if sizes[p] is not None and _HASHED.match(p.name)]
         indent = "  " * depth
         for p in entries:
             if p in hashed:
                 continue
-            if p.is_dir():
+            if sizes[p] is not None:
+                rows.append((f"{indent}{p.name}", format_bytes(sizes[p])))
+            elif p.is_dir():
                 size, count = _dir_size(p)
                 rows.append(
                     (
@@ -105,10 +136,8 @@ def format_checkpoint_files(root: str | Path, max_depth: int | None = None) -> s
                 )
                 if max_depth is None or depth + 1 < max_depth:
                     walk(p, depth + 1)
-            else:
-                rows.append((f"{indent}{p.name}", format_bytes(p.stat().st_size)))
         if hashed:
-            size = sum(p.stat().st_size for p in hashed)
+            size = sum(sizes[p] for p in hashed)
             rows.append(
                 (f"{indent}<{len(hashed)} data file{'s' * (len(hashed) != 1)}>", format_bytes(size))
             )

@@ -28,7 +28,12 @@ PY = sys.executable
 JOB_TIMEOUT_S = 300  # per launch of real JAX processes, generous for a busy machine
 HEARTBEAT_S = 5
 STEPS = 2
-DEATH_SIGNS = ("detected fatal errors", "heartbeat timeout", "Connection reset by peer")
+DEATH_SIGNS = (
+    "detected fatal errors",
+    "heartbeat timeout",
+    "Connection reset by peer",
+    "Connection closed by peer",
+)
 
 
 def _still_alive(pids: list[int], wait_s: float = 5.0) -> list[int]:
