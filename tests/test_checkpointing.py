@@ -406,3 +406,32 @@ def test_close_finishes_the_async_save_and_ending_without_it_loses_it(tmp_path):
     # process hangs in shutdown). Either way only the temporary directory is left.
     assert exited["end"] in (0, None)
     assert [n for n in _names(procs["end"][1]) if not n.startswith("1" + TMP_SUFFIX)] == []
+
+
+def test_listing_survives_files_vanishing_mid_listing(tmp_path):
+    """A save in flight creates and deletes lock files while notebook 06 lists the folder."""
+    import threading
+
+    from helpers.checkpoint import checkpoint_files
+
+    (tmp_path / "keep.bin").write_bytes(b"x" * 10)
+    stop = threading.Event()
+
+    def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            d = tmp_path / f"step_{i % 3}.orbax-checkpoint-tmp"
+            d.mkdir(exist_ok=True)
+            (d / "manifest.ocdbt.__lock").write_bytes(b"")
+            (d / "manifest.ocdbt.__lock").unlink()
+            d.rmdir()
+            i += 1
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        for _ in range(1000):
+            assert checkpoint_files(tmp_path)["keep.bin"] == 10
+    finally:
+        stop.set()
+        worker.join()
