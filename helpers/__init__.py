@@ -13,7 +13,13 @@ from helpers.checkpoint import (
     saved_layout,
 )
 from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
-from helpers.draw import device_color, draw_mesh, draw_param_shardings, draw_sharding
+from helpers.draw import (
+    device_color,
+    draw_mesh,
+    draw_param_shardings,
+    draw_sharding,
+    draw_strategy_guide,
+)
 from helpers.measure import (
     collective_stats,
     format_bytes,
@@ -54,6 +60,7 @@ __all__ = [
     "draw_mesh",
     "draw_param_shardings",
     "draw_sharding",
+    "draw_strategy_guide",
     "format_bytes",
     "format_collectives",
     "fsdp_plan",

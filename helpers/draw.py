@@ -32,7 +32,13 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 from helpers.measure import format_bytes, planned_bytes_per_device
 from helpers.sharding import leaves_with_paths, shard_layout, shard_shape, sharding_of, spec_of
 
-__all__ = ["device_color", "draw_mesh", "draw_param_shardings", "draw_sharding"]
+__all__ = [
+    "device_color",
+    "draw_mesh",
+    "draw_param_shardings",
+    "draw_sharding",
+    "draw_strategy_guide",
+]
 
 # ---------------------------------------------------------------------------
 # One colour per device, for the whole series
@@ -692,3 +698,77 @@ def draw_param_shardings(tree: Any, title: str | None = None) -> Figure:
         title = f"{n} parameter{'s' if n != 1 else ''}, {format_bytes(total)} in total"
     fig.suptitle(title, fontsize=11, fontweight="bold")
     return fig
+
+
+def draw_strategy_guide(ax: Axes | None = None) -> Axes:
+    """The chapter's missing summary picture (E12): a flowchart from model size, device
+    memory and interconnect to the sharding strategy to pick. Notebook 03 explains it."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure(figsize=(13, 8.4))
+        ax = fig.add_axes((0.01, 0.01, 0.98, 0.93))
+    ax.set_xlim(0, 13)
+    ax.set_ylim(0, 8.4)
+    ax.set_axis_off()
+    question = {"boxstyle": "round,pad=0.5", "facecolor": "#f3f3f3", "edgecolor": "0.35"}
+
+    def answer(color):
+        return {
+            "boxstyle": "round,pad=0.55",
+            "facecolor": color,
+            "edgecolor": "0.2",
+            "linewidth": 1.5,
+        }
+
+    def box(xy, text, style, size=10.5, weight="normal"):
+        ax.text(*xy, text, ha="center", va="center", fontsize=size, bbox=style, fontweight=weight)
+
+    def arrow(start, end, label="", label_xy=None):
+        ax.annotate(
+            "", xy=end, xytext=start, arrowprops={"arrowstyle": "-|>", "lw": 1.6, "color": "0.25"}
+        )
+        if label:
+            ax.text(
+                *label_xy,
+                label,
+                fontsize=10.5,
+                fontweight="bold",
+                color="0.1",
+                ha="center",
+                va="center",
+            )
+
+    box((6.5, 7.75), "Training state of P parameters: about 16·P bytes in fp32 with Adam\n"
+        "(4 params + 4 grads + 8 Adam m, v), plus activations (they grow with batch × sequence)",
+        question)  # fmt: skip
+    box((6.5, 6.45), "Does it all fit in ONE device's memory?", question, 11.5, "bold")
+    box((2.5, 4.45), "DP\nreplicate the parameters, split the batch\n"
+        "sends 2·(N−1)/N × the parameter bytes per step\n(one all-reduce)\nsimplest: the reference to check others against",
+        answer("#cfe8cf"))  # fmt: skip
+    box(
+        (9.4, 4.65),
+        "Does it fit split N ways?\n16·P / N + one gathered layer + activations",
+        question,
+        11,
+        "bold",
+    )
+    box((7.1, 2.8), "Tokens per device  >  FLOP/s ÷ link bandwidth?\n"
+        "(≈ 2,200 on H100/H200 NVLink; ≈ 9× more over InfiniBand)", question, 10.5)  # fmt: skip
+    box((3.4, 0.85), "FSDP over 'data'\nshards params, grads and Adam state\n"
+        "sends ≈ 3·(N−1)/N × the parameter bytes per step\nsplit the big matrices, keep small vectors whole",
+        answer("#cfe0f5"))  # fmt: skip
+    box((10.2, 0.85), "FSDP × TP (or DP × TP) on a 2-D mesh\n'model' (TP) inside an NVLink node: its\n"
+        "activation all-reduces in every layer need fast links\n'data' across nodes, with fewer, fatter shards",
+        answer("#f7dcc4"))  # fmt: skip
+
+    arrow((6.5, 7.42), (6.5, 6.72))
+    arrow((5.2, 6.18), (3.1, 5.02), "yes", (3.9, 5.8))
+    arrow((7.8, 6.18), (8.9, 5.02), "no", (8.65, 5.75))
+    arrow((8.7, 4.28), (7.9, 3.18), "yes", (8.05, 3.8))
+    arrow((10.4, 4.28), (11.0, 1.45), "no: a whole layer is\ntoo big to gather", (11.8, 3.0))
+    arrow((6.1, 2.42), (4.6, 1.45), "yes", (5.1, 2.05))
+    arrow((8.1, 2.42), (9.4, 1.45), "no", (9.0, 2.05))
+    ax.set_title("Choosing a sharding strategy from model size, device memory and interconnect",
+                 fontsize=13.5)  # fmt: skip
+    return ax

@@ -410,3 +410,20 @@ def test_draw_param_shardings_rejects_non_array_leaf(params):
         draw_param_shardings({"dense": {"kernel": params["dense"]["kernel"], "activation": "relu"}})
     with pytest.raises(ValueError, match="'host'.*no sharding"):
         draw_param_shardings({"host": np.ones((4, 4))})
+
+
+def test_strategy_guide_names_every_strategy_and_question():
+    from helpers import draw_strategy_guide
+
+    ax = draw_strategy_guide()
+    texts = " ".join(t.get_text() for t in ax.texts)
+    for needle in (
+        "DP",
+        "FSDP over 'data'",
+        "FSDP × TP",
+        "fit in ONE device's memory",
+        "FLOP/s ÷ link bandwidth",
+    ):
+        assert needle in texts
+    assert len(ax.texts) >= 6 + 6  # six boxes, six labelled arrows at least
+    plt.close(ax.figure)
