@@ -33,9 +33,16 @@ SUPPORTED_COUNTS = (1, 2, 4, 8)
 MEMORY_LIMIT_BYTES = int(1.5e9)
 DEFAULT_COUNTS = (8, 1)
 
+# Deprecations raised in notebook code (where jax/flax/optax attribute their API
+# deprecations) or inside the libraries the series teaches become errors. Those from
+# Jupyter's own machinery (e.g. datetime.utcnow on Python 3.12) stay warnings.
 _STARTUP = """\
 import warnings
-warnings.filterwarnings("error", category=DeprecationWarning)
+warnings.filterwarnings(
+    "error",
+    category=DeprecationWarning,
+    module=r"(__main__|helpers|jax|jaxlib|flax|optax|orbax)(\\.|$)",
+)
 """
 
 

@@ -214,11 +214,30 @@ def program_fingerprint(compiled: Any) -> str:
     Two strategies with the same fingerprint run the same program: on one device DP and
     FSDP differ only in the (trivial) sharding annotations, which are removed here.
     """
-    text = compiled.as_text()
-    text = text.split("\n", 1)[1] if "\n" in text else text  # drop "HloModule <name>, ..."
+    lines = compiled.as_text().splitlines()
+    # Keep the computations only: drop "HloModule <name>, ..." and the source-location
+    # tables (FileNames, FileLocations, ...) that newer jax prints before them.
+    start = next((i for i, line in enumerate(lines) if line.startswith(("%", "ENTRY"))), len(lines))
+    text = "\n".join(lines[start:])
     text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
     text = re.sub(r",?\s*(?:frontend_attributes|metadata)=\{[^{}]*\}", "", text)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(_drop_shardings(text).encode()).hexdigest()[:16]
+
+
+def _drop_shardings(text: str) -> str:
+    """Remove every ``sharding={...}`` annotation (braces may nest) from HLO text."""
+    out, i = [], 0
+    for m in re.finditer(r",?\s*sharding=\{", text):
+        if m.start() < i:
+            continue
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        out.append(text[i : m.start()])
+        i = j
+    out.append(text[i:])
+    return "".join(out)
 
 
 @dataclass
