@@ -41,13 +41,19 @@ def _run(path: Path, count: int) -> list[str]:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
+        # A print may arrive as several stream messages: join the cell's text before
+        # splitting it into lines.
+        texts = []
         for out in cell.outputs:
-            text = out.get("text") or out.get("data", {}).get("text/plain", "")
             if out.output_type == "error":
-                text = f"{out.ename}: {out.evalue}"
-            for line in str(text).splitlines():
-                if not _TIMING.search(line):
-                    lines.append(f"[{i}] {_ADDRESS.sub('0x?', line)}")
+                texts.append(f"\n{out.ename}: {out.evalue}\n")
+            elif out.output_type == "stream":
+                texts.append(out.text)
+            else:
+                texts.append("\n" + str(out.get("data", {}).get("text/plain", "")) + "\n")
+        for line in "".join(texts).splitlines():
+            if line and not _TIMING.search(line):
+                lines.append(f"[{i}] {_ADDRESS.sub('0x?', line)}")
     return lines
 
 
