@@ -21,7 +21,6 @@ __all__ = [
     "backend_started",
     "cost_flops",
     "set_mesh",
-    "shard_map",
 ]
 
 
@@ -51,11 +50,6 @@ def set_mesh(mesh: Mesh) -> Iterator[Mesh]:
         setter = jax.sharding.use_mesh
     with setter(mesh):
         yield mesh
-
-
-def shard_map(f: Any, *, mesh: Mesh, in_specs: Any, out_specs: Any) -> Any:
-    """``jax.shard_map`` (top level since jax 0.7)."""
-    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
 
 
 def cost_flops(compiled: Any) -> float | None:

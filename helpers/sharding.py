@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 P = PartitionSpec
@@ -336,7 +335,3 @@ def spec_of(sharding: Sharding) -> PartitionSpec | None:
 def shard_shape(shape: tuple[int, ...], sharding: Sharding) -> tuple[int, ...]:
     """Shape of the block one device holds."""
     return tuple(sharding.shard_shape(tuple(shape)))
-
-
-def itemsize(dtype: Any) -> int:
-    return int(np.dtype(dtype).itemsize)
