@@ -20,6 +20,7 @@ from helpers.draw import (
     draw_sharding,
     draw_strategy_guide,
 )
+from helpers.lesson import check, expect_error
 from helpers.measure import (
     collective_stats,
     format_bytes,
@@ -54,6 +55,7 @@ __all__ = [
     "STRATEGY_AXES",
     "FSDPChoice",
     "ShardBlock",
+    "check",
     "check_spec",
     "collective_stats",
     "device_color",
@@ -61,6 +63,7 @@ __all__ = [
     "draw_param_shardings",
     "draw_sharding",
     "draw_strategy_guide",
+    "expect_error",
     "format_bytes",
     "format_collectives",
     "fsdp_plan",

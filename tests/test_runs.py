@@ -83,8 +83,8 @@ def test_kernels_turn_deprecations_into_errors(tmp_path):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("0", "NUM_DEVICES=0: the notebooks are written for (1, 2, 4, 8) simulated devices"),
-        ("16", "NUM_DEVICES=16: the notebooks are written for (1, 2, 4, 8) simulated devices"),
+        ("0", "NUM_DEVICES=0: the notebooks run on 1 to 8 simulated devices"),
+        ("16", "NUM_DEVICES=16: the notebooks run on 1 to 8 simulated devices"),
         ("many", "NUM_DEVICES='many' is not a whole number"),
     ],
 )

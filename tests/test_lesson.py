@@ -1,0 +1,143 @@
+"""helpers.lesson: errors shown on purpose, exercise checks, and the exercise pattern."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from helpers.lesson import (
+    NOT_ATTEMPTED,
+    RIGHT,
+    WRONG,
+    cell_role,
+    check,
+    exercises,
+    expect_error,
+    is_stub,
+    one_line,
+)
+
+
+def test_expect_error_prints_the_one_line_and_the_lesson(capsys):
+    with expect_error(ValueError, match="rank", why="PartitionSpec() replicates any rank.") as c:
+        raise ValueError("first line\n'bias' has rank 1, the spec 2 entries\nmore")
+    out = capsys.readouterr().out
+    assert (
+        out.splitlines()[0]
+        == "Error, as expected: ValueError: 'bias' has rank 1, the spec 2 entries"
+    )
+    assert "PartitionSpec() replicates any rank." in out
+    assert isinstance(c.error, ValueError) and "rank 1" in c.line
+
+
+def test_expect_error_drops_a_trailing_doc_link(capsys):
+    with expect_error(KeyError):
+        raise KeyError("no such parameter (https://flax.readthedocs.io/errors#x)")
+    assert "https://" not in capsys.readouterr().out
+
+
+def test_expect_error_fails_when_nothing_is_raised():
+    with pytest.raises(AssertionError, match="ran without error"):
+        with expect_error(ValueError):
+            pass
+
+
+def test_expect_error_fails_on_another_error_and_chains_it():
+    with pytest.raises(
+        AssertionError, match="expected to raise ValueError, but raised TypeError"
+    ) as e:
+        with expect_error(ValueError):
+            raise TypeError("wrong kind")
+    assert isinstance(e.value.__cause__, TypeError)
+
+
+def test_expect_error_fails_when_the_message_does_not_match():
+    with pytest.raises(AssertionError, match="does not match 'rank'"):
+        with expect_error(ValueError, match="rank"):
+            raise ValueError("something else")
+
+
+def test_expect_error_accepts_a_tuple_and_an_assertion_error(capsys):
+    with expect_error((KeyError, AssertionError)):
+        assert False, "acts as an assert"  # noqa: B011
+    assert "AssertionError: acts as an assert" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", [ValueError("x"), "ValueError", (), (ValueError, 3)])
+def test_expect_error_refuses_what_is_not_an_exception_class(bad):
+    with pytest.raises(TypeError, match="expected="):
+        with expect_error(bad):
+            pass
+
+
+def test_one_line_without_a_message():
+    assert one_line(RuntimeError()) == "RuntimeError"
+
+
+@pytest.mark.parametrize(
+    ("answer", "stub"),
+    [
+        (..., True),
+        ({"a": 1, "b": ...}, True),
+        ([1, (2, ...)], True),
+        (0, False),
+        ({"a": None}, False),
+    ],
+)
+def test_is_stub(answer, stub):
+    assert is_stub(answer) is stub
+
+
+def test_check_says_not_attempted_for_the_stub_and_never_calls_verify(capsys):
+    check(..., lambda a: 1 / 0)
+    assert capsys.readouterr().out.startswith(NOT_ATTEMPTED)
+
+
+def test_check_rejects_with_the_hint_and_confirms_with_the_reason(capsys):
+    check(3, lambda a: a == 4, hint="count the devices", right="4 devices")
+    check(4, lambda a: a == 4, hint="count the devices", right="4 devices")
+    wrong, right = capsys.readouterr().out.strip().split("\n")
+    assert wrong.startswith(WRONG) and "count the devices" in wrong
+    assert right == f"{RIGHT}. 4 devices"
+
+
+def test_check_prints_a_message_from_verify_and_an_error_as_a_verdict(capsys):
+    check(3, lambda a: f"{a} is odd")
+    check("P(x)", lambda a: int(a))
+    first, second = capsys.readouterr().out.strip().split("\n")
+    assert first == f"{WRONG}: 3 is odd"
+    assert second.startswith(f"{WRONG}: your answer raised ValueError")
+
+
+def test_check_refuses_a_verify_that_returns_nothing():
+    with pytest.raises(TypeError, match="must return True, False or a message"):
+        check(1, lambda a: None)
+
+
+def _nb(*roles: str | None) -> dict:
+    cells = []
+    for r in roles:
+        if r == "md":
+            cells.append(nbformat.v4.new_markdown_cell("text"))
+        else:
+            cell = nbformat.v4.new_code_cell("x = 1")
+            if r:
+                cell.metadata["tags"] = [r]
+            cells.append(cell)
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+def test_exercises_finds_the_three_parts_with_markdown_between():
+    nb = _nb(None, "exercise", "md", "check", "solution", None, "exercise", "check", "solution")
+    assert exercises(nb) == [(1, 3, 4), (6, 7, 8)]
+    assert cell_role(nb.cells[2]) is None and cell_role(nb.cells[4]) == "solution"
+
+
+@pytest.mark.parametrize(
+    "roles",
+    [("exercise", "solution", "check"), ("exercise", None, "check", "solution"),
+     ("exercise", "check"), ("check", "solution"), ("exercise", "check", "solution", "solution")],
+)  # fmt: skip
+def test_exercises_refuses_parts_out_of_order(roles):
+    with pytest.raises(ValueError):
+        exercises(_nb(*roles))
