@@ -9,6 +9,7 @@ tagged to fold, and the README as the landing page (``.ci/stage_site.py``).
 
 from __future__ import annotations
 
+import html
 import tomllib
 from pathlib import Path
 from urllib.parse import urlparse
@@ -74,7 +75,7 @@ _BADGES = {
 def _button(url: str, label: str, icon: str, depth: int) -> str:
     static = "../" * depth + "_static/"
     return (
-        f'<a class="launch-badge reference external" href="{url}">'
+        f'<a class="launch-badge reference external" href="{html.escape(url)}">'
         f'<img src="{static}{icon}" alt="" />{label}</a>'
     )
 
@@ -87,15 +88,15 @@ def _launch_buttons(app, doctree: nodes.document, docname: str) -> None:
         if len(images) != 1 or images[0]["uri"] not in _BADGES:
             continue
         label, icon = _BADGES[images[0]["uri"]]
-        html = _button(ref["refuri"], label, icon, depth)
+        button = _button(ref["refuri"], label, icon, depth)
         if docname.startswith("notebooks/") and label == "Open in Colab":
             notebook = f"{docname}.ipynb"
             if ref["refuri"] != f"{COLAB}/{notebook}":
                 raise ValueError(f"{docname}: its Colab badge links to {ref['refuri']}")
-            html += _button(
+            button += _button(
                 f"{BINDER}/{notebook}", "Launch on Binder", "images/logo_binder.svg", depth
             )
-        ref.replace_self(nodes.raw("", html, format="html"))
+        ref.replace_self(nodes.raw("", button, format="html"))
 
 
 def setup(app):
