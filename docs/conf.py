@@ -1,0 +1,104 @@
+"""Sphinx configuration of the series' site, built by ``bash .ci/build_site``.
+
+Sphinx with myst-nb and sphinx-book-theme, as JAX's own documentation is built: pure
+Python (pip only), nothing fetched at build time, and the pages load no file from another
+host. The notebooks are not executed here (``nb_execution_mode = "off"``): ``.ci/build_site``
+stages the notebooks that the test run executed on 8 simulated devices, solution cells
+tagged to fold, and the README as the landing page (``.ci/stage_site.py``).
+"""
+
+from __future__ import annotations
+
+import html
+import tomllib
+from pathlib import Path
+from urllib.parse import urlparse
+
+from docutils import nodes
+
+ROOT = Path(__file__).resolve().parents[1]
+REPO_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+BRANCH = "main"
+_OWNER, _NAME = urlparse(REPO_URL).path.strip("/").split("/")[:2]
+COLAB = f"https://colab.research.google.com/github/{_OWNER}/{_NAME}/blob/{BRANCH}"
+BINDER = f"https://mybinder.org/v2/gh/{_OWNER}/{_NAME}/{BRANCH}?urlpath=lab/tree"
+
+project = "Flax models across many devices"
+author = "the flax-sharding-course contributors"
+extensions = ["myst_nb", "sphinx.ext.githubpages"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints"]
+root_doc = "index"
+
+# The outputs are the test run's (see .ci/build_site); nothing runs here.
+nb_execution_mode = "off"
+nb_output_stderr = "show"
+nb_merge_streams = True
+myst_heading_anchors = 3
+
+html_theme = "sphinx_book_theme"
+html_title = project
+html_static_path = ["_static"]
+html_css_files = ["site.css"]
+html_show_sourcelink = False
+html_copy_source = True  # the download button offers the executed .ipynb
+# Light unless the reader picks dark: the figures are drawn for a white page. (An empty mode
+# also logs "Got invalid theme mode" on a first visit: pydata/pydata-sphinx-theme#1635.)
+html_context = {"default_mode": "light"}
+html_theme_options = {
+    "repository_url": REPO_URL,
+    "repository_branch": BRANCH,
+    "path_to_docs": "",
+    "use_repository_button": True,
+    "use_download_button": True,
+    "use_fullscreen_button": False,
+    "launch_buttons": {
+        "binderhub_url": "https://mybinder.org",
+        "colab_url": "https://colab.research.google.com",
+        "notebook_interface": "jupyterlab",
+    },
+    "show_toc_level": 2,
+    # pydata-sphinx-theme 0.20 adds a header bar holding a second search box unless this is
+    # set (executablebooks/sphinx-book-theme#986); the sidebar has the search box.
+    "navbar_persistent": [],
+}
+
+# The README's and the notebooks' badges are images on colab.research.google.com and
+# mybinder.org; the site shows its own buttons instead (the theme's logos, served from
+# _static), so that no page loads anything from another host.
+_BADGES = {
+    "https://colab.research.google.com/assets/colab-badge.svg": (
+        "Open in Colab", "images/logo_colab.png"),
+    "https://mybinder.org/badge_logo.svg": ("Launch on Binder", "images/logo_binder.svg"),
+}  # fmt: skip
+
+
+def _button(url: str, label: str, icon: str, depth: int) -> str:
+    static = "../" * depth + "_static/"
+    return (
+        f'<a class="launch-badge reference external" href="{html.escape(url)}">'
+        f'<img src="{static}{icon}" alt="" />{label}</a>'
+    )
+
+
+def _launch_buttons(app, doctree: nodes.document, docname: str) -> None:
+    """Replace the badge images by buttons; a notebook's Colab badge gets a Binder one beside it."""
+    depth = docname.count("/")
+    for ref in list(doctree.findall(nodes.reference)):
+        images = [c for c in ref.children if isinstance(c, nodes.image)]
+        if len(images) != 1 or images[0]["uri"] not in _BADGES:
+            continue
+        label, icon = _BADGES[images[0]["uri"]]
+        button = _button(ref["refuri"], label, icon, depth)
+        if docname.startswith("notebooks/") and label == "Open in Colab":
+            notebook = f"{docname}.ipynb"
+            if ref["refuri"] != f"{COLAB}/{notebook}":
+                raise ValueError(f"{docname}: its Colab badge links to {ref['refuri']}")
+            button += _button(
+                f"{BINDER}/{notebook}", "Launch on Binder", "images/logo_binder.svg", depth
+            )
+        ref.replace_self(nodes.raw("", button, format="html"))
+
+
+def setup(app):
+    app.connect("doctree-resolved", _launch_buttons)
+    return {"parallel_read_safe": True}
