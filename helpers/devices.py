@@ -173,24 +173,29 @@ def mesh_shape_for(n_devices: int, n_axes: int = 2, *, prefer: str = "first") ->
     ``prefer="first"`` puts the larger factor first (e.g. 8 devices, 2 axes -> (4, 2));
     ``"last"`` puts it last. With one device every axis has size 1.
     """
-    if n_devices < 1:
-        raise ValueError(f"mesh_shape_for: n_devices={n_devices} must be at least 1.")
-    if n_axes < 1:
-        raise ValueError(f"mesh_shape_for: n_axes={n_axes} must be at least 1.")
-    shape = [1] * n_axes
-    remaining = n_devices
-    # Peel off prime factors, largest first, onto the currently smallest axis.
-    factors: list[int] = []
-    k, r = 2, remaining
-    while k * k <= r:
-        while r % k == 0:
-            factors.append(k)
-            r //= k
-        k += 1
-    if r > 1:
-        factors.append(r)
-    for f in sorted(factors, reverse=True):
-        i = min(range(n_axes), key=lambda j: shape[j])
-        shape[i] *= f
+    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
+        raise ValueError(
+            f"mesh_shape_for: n_devices={n_devices!r} must be a whole number, at least 1."
+        )
+    if isinstance(n_axes, bool) or not isinstance(n_axes, int) or n_axes < 1:
+        raise ValueError(f"mesh_shape_for: n_axes={n_axes!r} must be a whole number, at least 1.")
+    if prefer not in ("first", "last"):
+        raise ValueError(f"mesh_shape_for: prefer={prefer!r} must be 'first' or 'last'.")
+
+    # Among all ways to write n_devices as n_axes factors, the one whose sorted factors are
+    # lexicographically smallest from the largest down: the smallest largest axis, then the
+    # smallest second-largest, ... (72 on 2 axes -> (9, 8), not the (12, 6) a greedy
+    # split of prime factors gives).
+    def factorings(n: int, k: int, most: int) -> list[list[int]]:
+        if k == 1:
+            return [[n]] if n <= most else []
+        return [
+            [d, *rest]
+            for d in range(min(n, most), 0, -1)
+            if n % d == 0
+            for rest in factorings(n // d, k - 1, d)
+        ]
+
+    shape = min(factorings(n_devices, n_axes, n_devices))
     shape.sort(reverse=(prefer == "first"))
     return tuple(shape)

@@ -11,6 +11,8 @@ import re
 from collections import defaultdict
 from typing import Any
 
+import jax
+
 from helpers.sharding import leaves_with_paths, shard_shape, sharding_of, spec_of
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -53,7 +55,7 @@ def planned_bytes_per_device(tree: Any) -> dict[str, int]:
     totals: dict[str, int] = defaultdict(int)
     order: dict[str, int] = {}
     for name, leaf in leaves_with_paths(tree, "planned_bytes_per_device"):
-        shape, sharding = sharding_of(leaf, f"parameter '{name}'")
+        shape, sharding = sharding_of(leaf, f"planned_bytes_per_device: parameter '{name}'")
         nbytes = math.prod(shard_shape(shape, sharding)) * leaf.dtype.itemsize
         for device in sharding.device_set:
             key = _device_key(device)
@@ -84,7 +86,7 @@ def sharding_table(tree: Any) -> str:
     rows = []
     total = 0
     for name, leaf in leaves_with_paths(tree, "sharding_table"):
-        shape, sharding = sharding_of(leaf, f"parameter '{name}'")
+        shape, sharding = sharding_of(leaf, f"sharding_table: parameter '{name}'")
         local = shard_shape(shape, sharding)
         per_dev = math.prod(local) * leaf.dtype.itemsize
         total += math.prod(shape) * leaf.dtype.itemsize
@@ -118,13 +120,42 @@ def sharding_table(tree: Any) -> str:
     return "\n".join(out)
 
 
+_COMPILE_HINT = (
+    "Pass the compiled executable: jax.jit(f).lower(*args).compile() (or its .as_text())."
+)
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, jax.stages.Lowered):
+        return (
+            "a Lowered object (jax.jit(f).lower(...)): its module is not partitioned yet, so it "
+            "has no collectives and no per-device memory to read. Call .compile() on it first"
+        )
+    if isinstance(obj, jax.stages.Wrapped) or callable(obj):
+        return f"a function ({type(obj).__name__}), not a compiled executable"
+    return f"a {type(obj).__name__}"
+
+
+def _compiled(obj: Any, where: str) -> Any:
+    """``obj`` if it is a compiled executable, else the series' error saying what to pass."""
+    if isinstance(obj, jax.stages.Compiled):
+        return obj
+    raise TypeError(f"{where}: got {_describe(obj)}. {_COMPILE_HINT}")
+
+
 def step_memory(compiled: Any) -> dict[str, int]:
     """Per-device bytes of a compiled step from XLA's ``memory_analysis()``.
 
-    Returns ``argument``, ``output``, ``temp``, ``alias`` (outputs that reuse donated
-    inputs) and ``total = argument + output + temp - alias``.
+    ``compiled`` is ``jax.jit(f).lower(*args).compile()``. Returns ``argument``,
+    ``output``, ``temp``, ``alias`` (outputs that reuse donated inputs) and
+    ``total = argument + output + temp - alias``.
+
+    Raises:
+      TypeError: ``compiled`` is not a compiled executable (a ``Lowered`` object, a
+        jitted function, ...); the message says to call ``.lower(...).compile()``.
+      ValueError: the backend reports no memory analysis.
     """
-    ma = compiled.memory_analysis()
+    ma = _compiled(compiled, "step_memory").memory_analysis()
     if ma is None:
         raise ValueError("step_memory: this backend's compiled object has no memory_analysis().")
     out = {
@@ -182,10 +213,23 @@ def _group_size(attrs: str, num_partitions: int) -> int:
 
 def _hlo_text(compiled_or_text: Any) -> str:
     if isinstance(compiled_or_text, str):
-        return compiled_or_text
-    text = compiled_or_text.as_text()
-    if not isinstance(text, str):
-        raise ValueError("collective_stats: expected a compiled executable or HLO text.")
+        text = compiled_or_text
+        if not text.lstrip().startswith("HloModule"):
+            start = text.lstrip()[:40]
+            hint = (
+                " This looks like StableHLO from Lowered.as_text(), which is not partitioned "
+                "yet: compile it first."
+                if start.startswith("module")
+                else ""
+            )
+            raise ValueError(
+                f"collective_stats: the text does not start with 'HloModule' (it starts "
+                f"{start!r}), so it is not the HLO of a compiled executable.{hint} {_COMPILE_HINT}"
+            )
+        return text
+    text = _compiled(compiled_or_text, "collective_stats").as_text()
+    if not isinstance(text, str):  # pragma: no cover - every backend returns text
+        raise ValueError(f"collective_stats: as_text() returned no HLO text. {_COMPILE_HINT}")
     return text
 
 
@@ -195,12 +239,19 @@ def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
     Returns, for each kind in ``COLLECTIVES`` that occurs, a dict with:
       ``ops``: number of collective ops (an async ``-start``/``-done`` pair counts once);
       ``operands``: arrays moved (a combined, tuple-shaped op counts all of its operands);
-      ``bytes``: size of the op's full (gathered / reduced) result, summed over ops;
+      ``bytes``: size of the op's full (gathered / reduced) result, summed over ops, in the
+        element type the compiled program moves (XLA's CPU backend converts bf16 to f32
+        around collectives, so a bf16 array counts 4 bytes per element there);
       ``sent_per_device`` / ``received_per_device``: bytes each device sends / receives
       with a bandwidth-optimal ring algorithm (all-reduce ``2·S·(n-1)/n``, all-gather and
       reduce-scatter ``S·(n-1)/n`` for a full size ``S`` over a group of ``n``).
     Ops inside a loop body are counted once, as written, not once per iteration.
     Accepts the compiled object (``jax.jit(f).lower(...).compile()``) or its ``as_text()``.
+
+    Raises:
+      TypeError: ``compiled`` is a ``Lowered`` object (not partitioned yet: it would show
+        no collectives at all), a jitted function or anything else that is not compiled.
+      ValueError: a string that is not the HLO text of a compiled executable.
     """
     text = _hlo_text(compiled)
     m = re.search(r"num_partitions=(\d+)", text)
