@@ -180,13 +180,14 @@ def plot_projection(
         ax.axvline(k, color=colour, ls="-." if book else ":", lw=1)
         ax.annotate(
             f"{label}: {k:,.0f} tokens" if book else f"knee ({label}): {k:,.0f} tokens",
-            (k, 0.04 + 0.08 * n),
+            (k, 0.95 - 0.07 * n),
             xycoords=("data", "axes fraction"),
             xytext=(3, 0),
             textcoords="offset points",
             fontsize=8,
             color=colour,
             bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1},
+            va="top",
         )
     ax.set(
         xscale="log",

@@ -101,7 +101,10 @@ SMALL_GPU_BYTES = 40 * 2**30
 #: Passed to ``Lowered.compile``: no restart needed, and a flag set in ``$XLA_FLAGS`` wins.
 GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_latency_hiding_scheduler": True}
 
-XLA_FLOPS_NOTE = "XLA cost_analysis() of the per-device SPMD program (1/N of the step unless devices repeat work)"
+XLA_FLOPS_NOTE = (
+    "XLA cost_analysis() of the per-device SPMD program "
+    "(1/N of the step unless devices repeat work)"
+)
 MFU_NOTE = (
     "MFU = model FLOPs per step (formula 6 x tokens x matmul parameters) / "
     "(median step time x devices x dense bf16 peak per device)"
@@ -505,7 +508,7 @@ def _refuse(
     if devices[0].platform == "cpu" and wl.name in GPU_PRESETS and not dry_run and not allow_cpu:
         raise ValueError(
             f"preset {wl.name!r} is sized for a GPU ({wl.flops_per_step / 1e12:.1f} TFLOP per "
-            f"step), but JAX sees only CPU devices here. On a machine with an NVIDIA GPU, "
+            f"step on {len(devices)} devices), but JAX sees only CPU devices here. On a machine with an NVIDIA GPU, "
             "install a CUDA build of jax (README, 'On a GPU') and check that jax.devices() "
             "lists it. To compile without running use --dry-run (dry_run=True); to run on the "
             "CPU anyway, --allow-cpu (allow_cpu=True)."
@@ -784,7 +787,7 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         lines.append(
             f"{MFU_NOTE}; peak {r0.peak_name} = {r0.peak_flops_per_device / 1e12:.0f} TFLOP/s."
         )
-    lines.append(f"FLOPs / device (XLA): {XLA_FLOPS_NOTE}.")
+    lines.append(f"FLOPs / device: {XLA_FLOPS_NOTE}.")
     if r0.device_peak_bytes is not None:
         lines.append(
             "allocator peak: high-water mark since the process started; '<=' marks a strategy "
@@ -984,8 +987,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             dry_run=args.dry_run,
             allow_cpu=args.allow_cpu,
         )
-    except ValueError as err:
-        parser.error(str(err))
+    except ValueError as err:  # a refusal is one sentence, not a usage page
+        print(f"{parser.prog}: {err}", file=sys.stderr)
+        return 2
     print(format_table(results), flush=True)
     if args.json:
         with open(args.json, "w") as f:

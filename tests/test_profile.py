@@ -182,6 +182,8 @@ def test_report_dict_is_json_with_versions(tiny):
         "XLA_FLAGS", ""
     )
     assert [r["strategy"] for r in report["results"]] == ["dp", "fsdp"]
+    first = report["results"][0]
+    assert first["remat"] is False and first["resized"] == "" and first["compiler_options"] == {}
     assert report["results"][1]["collectives"]["all-gather"]["ops"] >= 1
 
 
@@ -468,6 +470,10 @@ def test_compare_strategies_refuses_what_would_measure_nothing():
         profile.compare_strategies(("dp",), preset="gpu", progress=False)
     with pytest.raises(ValueError, match="sized for a GPU"):
         profile.compare_strategies(("dp",), preset="gpu_small", progress=False)
+    # Asked explicitly (or only compiling), the GPU preset passes the checks on CPU devices.
+    gpu = profile.workload_for("gpu", ("dp",), jax.devices())
+    for dry_run, allow_cpu in ((False, True), (True, False)):
+        profile._refuse(("dp",), gpu, jax.devices(), (8, 1), 1, 0, dry_run, allow_cpu)
 
 
 # ---------------------------------------------------------------------------
@@ -542,11 +548,10 @@ def test_cli_help_shows_the_mesh_option():
     ],
 )
 def test_cli_refuses_with_one_sentence(argv, said, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        profile.main([*argv, "--quiet"])
-    assert exit_.value.code == 2
+    assert profile.main([*argv, "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert said in err and "Traceback" not in err
+    assert said in err and "Traceback" not in err and "usage:" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_cli_runs_a_two_axis_mesh(capsys):
