@@ -18,9 +18,10 @@ The same runs from a shell, with only jax, flax, optax, numpy (and matplotlib fo
 
     PYTHONPATH=. python -m helpers.profile --strategies dp fsdp --preset tiny --json out.json
 
-Also here: a cost model that projects N-GPU step times from a one-device compute time
-plus collective bytes / interconnect bandwidth, and the scaling-book condition for
-FSDP to stay compute-bound. matplotlib is imported only inside the plotting functions.
+What a step *should* cost (FLOPs per token, bytes per device, knees, N-GPU projections)
+is ``helpers.cost_model``; the two figures are ``helpers.draw_profile``. This module
+measures, and holds the one place that maps a model choice to what is built and fed
+(``workload_for``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import platform as _platform
 import re
 import statistics
@@ -46,10 +49,11 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from helpers import compat
-from helpers.devices import make_mesh, use_simulated_devices
+from helpers.cost_model import peak_flops
+from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
 from helpers.measure import collective_stats, format_bytes, memory_per_device, step_memory
-from helpers.models import ModelConfig, synthetic_batch
-from helpers.sharding import LOGICAL_RULES, logical_rules
+from helpers.models import MLPStack, ModelConfig, synthetic_batch
+from helpers.sharding import LOGICAL_RULES, STRATEGY_AXES, logical_rules
 from helpers.train import (
     ShardedState,
     init_sharded,
@@ -59,6 +63,7 @@ from helpers.train import (
 )
 
 P = PartitionSpec
+AXES = ("data", "model")
 
 # ---------------------------------------------------------------------------
 # Presets. ``batch`` is PER DEVICE here: the run multiplies it by the size of the mesh's
@@ -81,62 +86,35 @@ PRESETS: dict[str, ModelConfig] = {
         d_model=4096, d_ff=16384, n_layers=4, n_classes=128, batch=8, seq=2048, dtype=jnp.bfloat16
     ),
 }
-
+#: Presets sized for a GPU: they refuse to *run* on CPU devices unless asked (``allow_cpu``).
+GPU_PRESETS = ("gpu_small", "gpu")
+#: A width that a mesh axis must divide is rounded up to a multiple of this (and of the axis).
+PRESET_MULTIPLE = {"tiny": 8, "gpu_small": 128, "gpu": 128}
 #: ``preset="auto"`` picks ``gpu_small`` below this much accelerator memory per device.
 SMALL_GPU_BYTES = 40 * 2**30
 
-# ---------------------------------------------------------------------------
-# Peak FLOP/s and interconnect bandwidth
-# ---------------------------------------------------------------------------
+#: XLA options for every GPU step the profile compiles. The latency-hiding scheduler, which
+#: moves collectives to overlap them with compute, is off by default in XLA
+#: (xla/debug_options_flags.cc); JAX's GPU performance tips list it first for overlapping
+#: communication (https://docs.jax.dev/en/latest/gpu_performance_tips.html). Their other
+#: flags (combine thresholds, memory slop factor) are tuning knobs left at XLA's defaults.
+#: Passed to ``Lowered.compile``: no restart needed, and a flag set in ``$XLA_FLAGS`` wins.
+GPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_gpu_enable_latency_hiding_scheduler": True}
 
-# Dense (no 2:4 sparsity) bf16 tensor-core peak FLOP/s per device, from NVIDIA's product
-# datasheets, which list the sparse figure; dense is half of it:
-#   H100 SXM5 and H200 SXM: 1,979 TFLOPS sparse -> 989; H100 NVL and H200 NVL: 1,671 -> 835;
-#   H100 PCIe: 1,513 -> 756; A100 (SXM4 and PCIe, 40 and 80 GB): 312 dense;
-#   L4: 242 sparse -> 121; T4: 65 TFLOPS FP16 (Turing has no bf16 tensor cores, so a bf16
-#   model runs on the T4 far below this figure).
-# The first pattern that matches ``device.device_kind`` (case-insensitive) wins.
-PEAK_BF16_FLOPS: tuple[tuple[str, str, float], ...] = (
-    (r"H200.*NVL", "H200 NVL", 835e12),
-    (r"H200", "H200 SXM", 989e12),
-    (r"H100.*NVL", "H100 NVL", 835e12),
-    (r"H100.*PCIe", "H100 PCIe", 756e12),
-    (r"H100", "H100 SXM", 989e12),
-    (r"A100", "A100", 312e12),
-    (r"\bL4\b", "L4", 121e12),
-    (r"\bT4\b", "T4 (FP16 peak)", 65e12),
+XLA_FLOPS_NOTE = (
+    "XLA cost_analysis() of the per-device SPMD program "
+    "(1/N of the step unless devices repeat work)"
 )
-
-# Interconnect bandwidth per GPU and PER DIRECTION, the figure a ring collective runs at,
-# from NVIDIA's datasheets (which quote the bidirectional total):
-NVLINK4 = 450e9  # H100/H200 SXM, NVLink 4: 900 GB/s total
-NVLINK3 = 300e9  # A100 SXM, NVLink 3: 600 GB/s total
-PCIE5_X16 = 64e9  # PCIe Gen5 x16: 128 GB/s total (H100 PCIe, H200 NVL host link)
-PCIE4_X16 = 32e9  # PCIe Gen4 x16: 64 GB/s total (A100 PCIe, L4)
-INTERCONNECTS: dict[str, float] = {
-    "NVLink 4 (H100/H200 SXM)": NVLINK4,
-    "NVLink 3 (A100 SXM)": NVLINK3,
-    "PCIe Gen5 x16": PCIE5_X16,
-    "PCIe Gen4 x16": PCIE4_X16,
-}
-
-MFU_SOURCE = "formula"
 MFU_NOTE = (
     "MFU = model FLOPs per step (formula 6 x tokens x matmul parameters) / "
     "(median step time x devices x dense bf16 peak per device)"
 )
 
 
-def peak_flops(device_kind: str) -> tuple[str, float] | None:
-    """``(name, dense bf16 FLOP/s)`` of a device from ``PEAK_BF16_FLOPS``, or None if unknown.
-
-    >>> peak_flops("NVIDIA H100 80GB HBM3")
-    ('H100 SXM', 989000000000000.0)
-    """
-    for pattern, name, flops in PEAK_BF16_FLOPS:
-        if re.search(pattern, device_kind, re.IGNORECASE):
-            return name, flops
-    return None
+def gpu_compiler_options() -> dict[str, Any]:
+    """``GPU_COMPILER_OPTIONS`` without the flags already set in ``$XLA_FLAGS`` (yours win)."""
+    env = os.environ.get("XLA_FLAGS", "")
+    return {k: v for k, v in GPU_COMPILER_OPTIONS.items() if f"--{k}" not in env}
 
 
 def mfu(flops_per_step: float, step_s: float, n_devices: int, peak: float | None) -> float | None:
@@ -201,6 +179,174 @@ def config_dict(cfg: ModelConfig) -> dict[str, Any]:
     out["param_dtype"] = jnp.dtype(cfg.model().param_dtype).name
     out["param_count"] = cfg.param_count()
     return out
+
+
+def config_from_dict(d: dict[str, Any]) -> ModelConfig:
+    """The ``ModelConfig`` back from ``config_dict`` (or a result's ``config``)."""
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    kwargs = {k: v for k, v in d.items() if k in names}
+    kwargs["dtype"] = jnp.dtype(kwargs.get("dtype", "float32"))
+    return ModelConfig(**kwargs)
+
+
+# ---------------------------------------------------------------------------
+# The workload: a model choice, sized for a mesh
+# ---------------------------------------------------------------------------
+
+# MLPStack's logical axis names (helpers.models) and the ModelConfig width each one is.
+_LOGICAL_WIDTHS = {
+    "embed": "d_model",
+    "embed_vec": "d_model",
+    "mlp": "d_ff",
+    "classes": "n_classes",
+}
+
+
+def _axis_size(entry: Any, sizes: dict[str, int]) -> int:
+    axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+    return math.prod(sizes[a] for a in axes)
+
+
+def fit_to_mesh(
+    cfg: ModelConfig, strategies: Sequence[str], mesh_shape: tuple[int, int], multiple: int = 1
+) -> tuple[ModelConfig, str]:
+    """``cfg`` with every width that a strategy splits rounded up so that its mesh axis divides it.
+
+    A width that ``strategies`` split over a mesh axis (``d_model`` over "data" for FSDP,
+    ``d_ff`` over "model" for TP) becomes the next multiple of ``lcm(axis size, multiple)``.
+    Returns the config and a sentence saying what changed ("" when nothing did), so that
+    any device count from 1 to 8 runs: 6 devices do not divide 4096, but they divide 4224.
+    """
+    sizes = dict(zip(AXES, mesh_shape, strict=True))
+    ways: dict[str, int] = {}  # width -> the number of pieces the strategies split it into
+    users: dict[str, list[str]] = {}
+    for strategy in strategies:
+        for logical, entry in logical_rules(strategy):
+            k = _axis_size(entry, sizes) if logical in _LOGICAL_WIDTHS else 1
+            width = _LOGICAL_WIDTHS.get(logical)
+            if k > 1 and width:
+                ways[width] = math.lcm(ways.get(width, 1), k)
+                if strategy not in users.setdefault(width, []):
+                    users[width].append(strategy)
+    changes, notes = {}, []
+    for width, k in ways.items():
+        value, step = getattr(cfg, width), math.lcm(k, multiple)
+        if value % k:
+            changes[width] = -(-value // step) * step
+            notes.append(
+                f"{width} {value} -> {changes[width]} ({'/'.join(users[width])} split it "
+                f"{k} ways, and {value} % {k} = {value % k})"
+            )
+    if not changes:
+        return cfg, ""
+    return dataclasses.replace(cfg, **changes), "; ".join(notes)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model choice sized for one mesh: what the profile builds, feeds and counts.
+
+    This is the one place that maps a model choice to its module, FLOPs and batch: a new
+    model family adds a preset and the branches here.
+    """
+
+    name: str  # preset name, or "custom"
+    cfg: ModelConfig  # batch is GLOBAL: per device x the "data" axis
+    batch_per_device: int
+    remat: bool = False
+    resized: str = ""  # what fit_to_mesh changed, as a sentence
+
+    def model(self) -> nn.Module:
+        """The Flax module; with ``remat``, wrapped in ``nn.remat`` (its backward pass
+        recomputes the forward, collectives included, instead of keeping activations)."""
+        if not self.remat:
+            return self.cfg.model()
+        c = self.cfg
+        return nn.remat(MLPStack)(c.d_model, c.d_ff, c.n_layers, c.n_classes, dtype=c.dtype)
+
+    @property
+    def flops_per_step(self) -> float:
+        """Model FLOPs of one step (no remat recompute counted: what MFU divides)."""
+        return self.cfg.train_flops_per_step()
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.cfg.batch * self.cfg.seq
+
+    def x_init(self, mesh: Any) -> jax.Array:
+        return jnp.zeros((mesh.shape["data"], 1, self.cfg.d_model), jnp.float32)
+
+    def abstract_batch(self, mesh: Any) -> tuple[jax.ShapeDtypeStruct, jax.ShapeDtypeStruct]:
+        data, c = NamedSharding(mesh, P("data")), self.cfg
+        return (
+            jax.ShapeDtypeStruct((c.batch, c.seq, c.d_model), jnp.float32, sharding=data),
+            jax.ShapeDtypeStruct((c.batch, c.seq), jnp.int32, sharding=data),
+        )
+
+    def batch(self, key: jax.Array, mesh: Any) -> tuple[jax.Array, jax.Array]:
+        data = NamedSharding(mesh, P("data"))
+        return jax.jit(lambda k: synthetic_batch(k, self.cfg), out_shardings=(data, data))(key)
+
+
+def workload_for(
+    preset: str | ModelConfig,
+    strategies: Sequence[str],
+    devices: Sequence[Any],
+    mesh_shape: tuple[int, int] | None = None,
+    batch_per_device: int | None = None,
+    remat: bool = False,
+) -> Workload:
+    """The model ``compare_strategies`` trains for these arguments (see there).
+
+    A preset is resized with ``fit_to_mesh`` to fit the mesh; a ``ModelConfig`` is used
+    exactly as given.
+    """
+    name, base = resolve_preset(preset, devices)
+    shape = (len(devices), 1) if mesh_shape is None else tuple(mesh_shape)
+    per_device = base.batch if batch_per_device is None else batch_per_device
+    cfg, resized = base, ""
+    if name in PRESET_MULTIPLE:
+        cfg, resized = fit_to_mesh(base, strategies, shape, PRESET_MULTIPLE[name])
+    cfg = dataclasses.replace(cfg, batch=per_device * shape[0])
+    return Workload(name, cfg, per_device, remat, resized)
+
+
+def degenerate(strategy: str, mesh_shape: tuple[int, int]) -> str | None:
+    """Why ``strategy`` on a ("data", "model") mesh of ``mesh_shape`` would not be itself; or None.
+
+    On one device every strategy is the same one-device program, which is what a one-GPU
+    measurement wants: nothing is degenerate there. On more, a strategy is degenerate when
+    an axis it splits over has size 1 (``tp`` on (N, 1) computes the whole step on every
+    device; ``hybrid`` is plain DP), or when the devices along an axis it does not use
+    repeat each other's work (``dp`` on (4, 2)).
+    """
+    n = math.prod(mesh_shape)
+    if n == 1:
+        return None
+    sizes = dict(zip(AXES, mesh_shape, strict=True))
+    used = STRATEGY_AXES[strategy]
+    flat = [a for a in used if sizes[a] == 1]
+    repeated = [a for a in AXES if a not in used and sizes[a] > 1]
+    if not flat and not repeated:
+        return None
+    why = []
+    if flat:
+        why.append(
+            f"it splits over {' and '.join(repr(a) for a in used)}, and {flat[0]!r} has size 1"
+        )
+    if repeated:
+        why.append(
+            f"the {sizes[repeated[0]]} devices along {repeated[0]!r} would repeat each other's work"
+        )
+    if len(used) == 1:
+        fix = f"use mesh {(n, 1) if used == ('data',) else (1, n)}"
+    elif min(mesh_shape_for(n, 2)) > 1:
+        fix = f"use a mesh with both axes > 1, e.g. {mesh_shape_for(n, 2)}"
+    else:
+        fix = f"{n} devices (a prime count) make no mesh with both axes > 1"
+    return (
+        f"strategy {strategy!r} on mesh {tuple(mesh_shape)} (data, model): {'; '.join(why)}; {fix}."
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -269,6 +415,9 @@ class StrategyResult:
     program_fingerprint: str
     peak_name: str | None
     peak_flops_per_device: float | None
+    remat: bool = False
+    resized: str = ""
+    compiler_options: dict[str, Any] = field(default_factory=dict)
     steps: int = 0
     warmup: int = 0
     step_times_s: list[float] = field(default_factory=list)
@@ -280,13 +429,21 @@ class StrategyResult:
     device_peak_bytes: int | None = None
     device_peak_raised: bool | None = None
     mfu: float | None = None
-    mfu_source: str = MFU_SOURCE
     losses: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["mesh_shape"] = list(self.mesh_shape)
         return out
+
+
+@dataclass
+class _Compiled:
+    """One strategy's compiled step, and what ``_run`` needs to feed it."""
+
+    step: Any  # the compiled executable
+    rules: tuple[tuple[str, Any], ...]
+    result: StrategyResult
 
 
 def _log_to(progress: bool | Callable[[str], None]) -> Callable[[str], None]:
@@ -297,36 +454,65 @@ def _log_to(progress: bool | Callable[[str], None]) -> Callable[[str], None]:
     return lambda msg: None
 
 
-def _mesh_for(devices: Sequence[Any], mesh_shape: tuple[int, int] | None) -> Any:
-    shape = (len(devices), 1) if mesh_shape is None else tuple(mesh_shape)
-    return make_mesh(shape, ("data", "model"), devices=devices)
+def _abstract(tree: Any, shardings: Any) -> Any:
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings
+    )
 
 
 def _compile(
-    strategy: str, model: Any, cfg: ModelConfig, mesh: Any, optimizer: Any, batch_abs: Any
-) -> dict:
-    """Compile one strategy's step from abstract arguments: nothing is allocated yet."""
-    rules = logical_rules(strategy)
-    x_init = jnp.zeros((mesh.shape["data"], 1, cfg.d_model), jnp.float32)
+    strategy: str, wl: Workload, mesh: Any, optimizer: Any, options: dict[str, Any]
+) -> tuple[Any, tuple[tuple[str, Any], ...], float]:
+    """Compile one strategy's step from abstract arguments (nothing is allocated yet):
+    ``(compiled, rules, compile seconds)``."""
+    rules, model, x_init = logical_rules(strategy), wl.model(), wl.x_init(mesh)
     shardings = param_shardings(model, x_init, mesh, rules)
-    abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), x_init)["params"])
-    abstract = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        nn.meta.unbox(abstract),
-        shardings,
-    )
-    opt_shardings = opt_state_shardings(optimizer, abstract, shardings, mesh)
-    opt_abs = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        jax.eval_shape(optimizer.init, abstract),
-        opt_shardings,
-    )
+    params = jax.eval_shape(lambda: model.init(jax.random.key(0), x_init)["params"])
+    params = _abstract(nn.meta.unbox(params), shardings)
+    opt_shardings = opt_state_shardings(optimizer, params, shardings, mesh)
+    opt_state = _abstract(jax.eval_shape(optimizer.init, params), opt_shardings)
     spec = ShardedState(None, None, shardings, opt_shardings)
     step = make_train_step(model, optimizer, mesh, spec, rules)
     t0 = time.perf_counter()
-    compiled = step.lower(abstract, opt_abs, *batch_abs).compile()
-    compile_s = time.perf_counter() - t0
-    return {"compiled": compiled, "compile_s": compile_s, "x_init": x_init, "rules": rules}
+    compiled = step.lower(params, opt_state, *wl.abstract_batch(mesh)).compile(options or None)
+    return compiled, rules, time.perf_counter() - t0
+
+
+def _refuse(
+    strategies: Sequence[str],
+    wl: Workload,
+    devices: Sequence[Any],
+    shape: tuple[int, int],
+    steps: int,
+    warmup: int,
+    dry_run: bool,
+    allow_cpu: bool,
+) -> None:
+    """Raise ``ValueError`` for a request that would measure nothing meaningful."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(
+            f"compare_strategies: steps={steps} must be >= 1 and warmup={warmup} >= 0."
+        )
+    if len(set(strategies)) != len(strategies):
+        raise ValueError(f"compare_strategies: strategies {tuple(strategies)} repeat a name.")
+    for s in strategies:
+        logical_rules(s)  # a clear ValueError for an unknown name
+    if math.prod(shape) != len(devices):
+        raise ValueError(
+            f"compare_strategies: mesh_shape={shape} holds {math.prod(shape)} devices, but "
+            f"{len(devices)} are in use; give a shape whose sizes multiply to {len(devices)}."
+        )
+    problems = [p for p in (degenerate(s, shape) for s in strategies) if p]
+    if problems:
+        raise ValueError("compare_strategies: " + " ".join(problems))
+    if devices[0].platform == "cpu" and wl.name in GPU_PRESETS and not dry_run and not allow_cpu:
+        raise ValueError(
+            f"preset {wl.name!r} is sized for a GPU ({wl.flops_per_step / 1e12:.1f} TFLOP per "
+            f"step on {len(devices)} devices), but JAX sees only CPU devices here. On a machine with an NVIDIA GPU, "
+            "install a CUDA build of jax (README, 'On a GPU') and check that jax.devices() "
+            "lists it. To compile without running use --dry-run (dry_run=True); to run on the "
+            "CPU anyway, --allow-cpu (allow_cpu=True)."
+        )
 
 
 def compare_strategies(
@@ -339,7 +525,9 @@ def compare_strategies(
     *,
     batch_per_device: int | None = None,
     mesh_shape: tuple[int, int] | None = None,
+    remat: bool = False,
     dry_run: bool = False,
+    allow_cpu: bool = False,
     seed: int = 0,
 ) -> list[StrategyResult]:
     """Train the same model under each strategy on the same devices and measure each, side by side.
@@ -348,132 +536,117 @@ def compare_strategies(
       strategies: names from ``LOGICAL_RULES`` (``dp``, ``fsdp``, ``fsdp_all``, ``tp``,
         ``hybrid``, ``fsdp_tp``).
       preset: ``"tiny"``, ``"gpu_small"``, ``"gpu"``, ``"auto"`` (by what ``devices`` holds:
-        see ``choose_preset``) or a ``ModelConfig`` whose ``batch`` is per device.
+        see ``choose_preset``) or a ``ModelConfig`` whose ``batch`` is per device. A preset's
+        widths are rounded up to fit the mesh (``fit_to_mesh``); a ``ModelConfig`` is not.
       steps: timed steps per strategy, after ``warmup`` untimed ones.
       devices: the devices to use (default: all of ``jax.devices()``).
       progress: print a flushed line per phase (or pass a callable that takes the line).
       batch_per_device: overrides the preset's per-device batch.
-      mesh_shape: the ("data", "model") mesh; default ``(len(devices), 1)``. The global
-        batch is ``batch_per_device`` times the "data" axis size.
+      mesh_shape: the ("data", "model") mesh, using every device; default
+        ``(len(devices), 1)``. The global batch is ``batch_per_device`` times the "data" size.
+      remat: wrap the model in ``nn.remat``: the backward pass recomputes the forward.
       dry_run: compile and analyse only; allocate nothing and run no step.
+      allow_cpu: run a GPU preset on CPU devices anyway (it is refused otherwise).
       seed: the same key initialises every strategy, so their losses can be compared.
 
-    Every strategy is compiled first; they then run in order of the compiled step's memory,
-    smallest first, so that on a GPU each one can raise the allocator's high-water mark
+    Raises:
+      ValueError: an unknown or repeated strategy, a mesh that does not use every device,
+        a strategy the mesh leaves degenerate (see ``degenerate``), or a GPU preset about
+        to run on CPU devices.
+
+    On a GPU every step is compiled with ``gpu_compiler_options()``. Every strategy is
+    compiled first; they then run in order of the compiled step's memory, smallest first,
+    so that on a GPU each one can raise the allocator's high-water mark
     (``device_peak_raised`` says whether it did). Results come back in the order asked.
     """
-    if steps < 1 or warmup < 0:
-        raise ValueError(
-            f"compare_strategies: steps={steps} must be >= 1 and warmup={warmup} >= 0."
-        )
-    if len(set(strategies)) != len(strategies):
-        raise ValueError(f"compare_strategies: strategies {tuple(strategies)} repeat a name.")
-    for s in strategies:
-        if s not in LOGICAL_RULES:
-            raise ValueError(
-                f"compare_strategies: strategy {s!r} is not one of {sorted(LOGICAL_RULES)}."
-            )
     log = _log_to(progress)
     devices = list(jax.devices() if devices is None else devices)
-    name, base = resolve_preset(preset, devices)
-    per_device = base.batch if batch_per_device is None else batch_per_device
-    kind = devices[0].device_kind
+    shape = (len(devices), 1) if mesh_shape is None else tuple(mesh_shape)
+    wl = workload_for(preset, strategies, devices, shape, batch_per_device, remat)
+    _refuse(strategies, wl, devices, shape, steps, warmup, dry_run, allow_cpu)
+    kind, platform = devices[0].device_kind, devices[0].platform
     peak = peak_flops(kind)
+    options = gpu_compiler_options() if platform == "gpu" else {}
+    mesh = make_mesh(shape, AXES, devices=devices)
     optimizer = optax.adam(1e-3)
-
-    compiled: dict[str, dict] = {}
+    log(
+        f"preset '{wl.name}': {wl.cfg.param_count() / 1e6:,.1f} M parameters "
+        f"({jnp.dtype(wl.cfg.dtype).name} compute{', remat' if remat else ''}), "
+        f"{len(devices)} x {kind} ({platform}), mesh {shape} (data, model), "
+        f"global batch {wl.cfg.batch} x seq {wl.cfg.seq}"
+        + (f"; resized: {wl.resized}" if wl.resized else "")
+    )
+    compiled: dict[str, _Compiled] = {}
     for strategy in strategies:
-        mesh = _mesh_for(devices, mesh_shape)
-        cfg = dataclasses.replace(base, batch=per_device * mesh.shape["data"])
-        if strategy == strategies[0]:
-            log(
-                f"preset '{name}': {cfg.param_count() / 1e6:,.1f} M parameters "
-                f"({jnp.dtype(cfg.dtype).name} compute), {len(devices)} x {kind} "
-                f"({devices[0].platform}), mesh {tuple(mesh.shape.values())} (data, model), "
-                f"global batch {cfg.batch} x seq {cfg.seq}"
-            )
-        model = cfg.model()
-        data = NamedSharding(mesh, P("data"))
-        batch_abs = (
-            jax.ShapeDtypeStruct((cfg.batch, cfg.seq, cfg.d_model), jnp.float32, sharding=data),
-            jax.ShapeDtypeStruct((cfg.batch, cfg.seq), jnp.int32, sharding=data),
-        )
         log(f"{strategy}: compiling the training step")
-        c = _compile(strategy, model, cfg, mesh, optimizer, batch_abs)
-        c.update(mesh=mesh, cfg=cfg, model=model, optimizer=optimizer)
-        stats = collective_stats(c["compiled"])
-        c["result"] = StrategyResult(
+        step, rules, compile_s = _compile(strategy, wl, mesh, optimizer, options)
+        stats = collective_stats(step)
+        result = StrategyResult(
             strategy=strategy,
-            preset=name,
-            config=config_dict(cfg),
-            batch_per_device=per_device,
+            preset=wl.name,
+            config=config_dict(wl.cfg),
+            batch_per_device=wl.batch_per_device,
             n_devices=len(devices),
-            mesh_shape=tuple(mesh.shape.values()),
-            platform=devices[0].platform,
+            mesh_shape=shape,
+            platform=platform,
             device_kind=kind,
-            tokens_per_step=cfg.batch * cfg.seq,
-            n_params=cfg.param_count(),
-            compile_s=c["compile_s"],
-            step_memory=step_memory(c["compiled"]),
+            tokens_per_step=wl.tokens_per_step,
+            n_params=wl.cfg.param_count(),
+            compile_s=compile_s,
+            step_memory=step_memory(step),
             collectives=stats,
             comm_bytes_per_device=float(sum(s["sent_per_device"] for s in stats.values())),
-            flops_formula=cfg.train_flops_per_step(),
-            flops_hlo_per_device=compat.cost_flops(c["compiled"]),
-            program_fingerprint=program_fingerprint(c["compiled"]),
+            flops_formula=wl.flops_per_step,
+            flops_hlo_per_device=compat.cost_flops(step),
+            program_fingerprint=program_fingerprint(step),
             peak_name=None if peak is None else peak[0],
             peak_flops_per_device=None if peak is None else peak[1],
+            remat=remat,
+            resized=wl.resized,
+            compiler_options=dict(options),
         )
         log(
-            f"{strategy}: compiled in {c['compile_s']:.2f} s; step needs "
-            f"{format_bytes(c['result'].step_memory['total'])} per device"
+            f"{strategy}: compiled in {compile_s:.2f} s; step needs "
+            f"{format_bytes(result.step_memory['total'])} per device"
         )
-        compiled[strategy] = c
+        compiled[strategy] = _Compiled(step, rules, result)
 
-    if dry_run:
-        return [compiled[s]["result"] for s in strategies]
-
-    order = sorted(strategies, key=lambda s: compiled[s]["result"].step_memory["total"])
-    batches: dict[Any, Any] = {}
-    for strategy in order:
-        c = compiled[strategy]
-        _run(strategy, c, steps, warmup, seed, devices, batches, log)
-    return [compiled[s]["result"] for s in strategies]
+    if not dry_run:
+        batch = wl.batch(jax.random.key(seed + 1), mesh)  # one batch, shared by every strategy
+        for c in sorted(compiled.values(), key=lambda c: c.result.step_memory["total"]):
+            _run(c, wl, mesh, optimizer, batch, steps, warmup, seed, devices, log)
+    return [compiled[s].result for s in strategies]
 
 
 def _run(
-    strategy: str,
-    c: dict,
+    c: _Compiled,
+    wl: Workload,
+    mesh: Any,
+    optimizer: Any,
+    batch: tuple[jax.Array, jax.Array],
     steps: int,
     warmup: int,
     seed: int,
-    devices: list,
-    batches: dict,
+    devices: Sequence[Any],
     log: Callable[[str], None],
 ) -> None:
-    res: StrategyResult = c["result"]
-    cfg, mesh, model = c["cfg"], c["mesh"], c["model"]
-    key = (cfg.batch, cfg.seq, cfg.d_model, tuple(mesh.devices.flat))
-    if key not in batches:  # one batch per mesh, shared by the strategies that use it
-        data = NamedSharding(mesh, P("data"))
-        make = jax.jit(lambda k: synthetic_batch(k, cfg), out_shardings=(data, data))
-        batches[key] = make(jax.random.key(seed + 1))
-    x, labels = batches[key]
+    res, run = c.result, c.step
     peak_before = allocator_peak(devices)
-    log(f"{strategy}: initialising parameters and optimizer state on the mesh")
-    state = init_sharded(model, c["x_init"], mesh, c["rules"], jax.random.key(seed), c["optimizer"])
-    per_dev = memory_per_device((state.params, state.opt_state))
-    res.state_bytes_per_device = max(per_dev.values())
+    log(f"{res.strategy}: initialising parameters and optimizer state on the mesh")
+    state = init_sharded(
+        wl.model(), wl.x_init(mesh), mesh, c.rules, jax.random.key(seed), optimizer
+    )
+    res.state_bytes_per_device = max(memory_per_device((state.params, state.opt_state)).values())
     params, opt_state = state.params, state.opt_state
     del state
-    run = c["compiled"]
-    log(f"{strategy}: {warmup} warm-up + {steps} timed steps")
+    log(f"{res.strategy}: {warmup} warm-up + {steps} timed steps")
     for _ in range(warmup):
-        params, opt_state, loss = run(params, opt_state, x, labels)
+        params, opt_state, loss = run(params, opt_state, *batch)
     jax.block_until_ready((params, opt_state))
     times, losses = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
-        params, opt_state, loss = run(params, opt_state, x, labels)
+        params, opt_state, loss = run(params, opt_state, *batch)
         jax.block_until_ready((params, opt_state, loss))
         times.append(time.perf_counter() - t0)
         losses.append(loss)
@@ -484,13 +657,12 @@ def _run(
     res.step_min_s, res.step_max_s = min(times), max(times)
     res.tokens_per_s = res.tokens_per_step / res.step_median_s
     res.mfu = mfu(res.flops_formula, res.step_median_s, res.n_devices, res.peak_flops_per_device)
-    peak_after = allocator_peak(devices)
-    res.device_peak_bytes = peak_after
-    if peak_after is not None:
-        res.device_peak_raised = peak_before is None or peak_after > peak_before
+    res.device_peak_bytes = allocator_peak(devices)
+    if res.device_peak_bytes is not None:
+        res.device_peak_raised = peak_before is None or res.device_peak_bytes > peak_before
     del params, opt_state, loss, losses
     mfu_text = "n/a" if res.mfu is None else f"{res.mfu:.1%}"
-    log(f"{strategy}: median step {_fmt_time(res.step_median_s)}, MFU {mfu_text}")
+    log(f"{res.strategy}: median step {_fmt_time(res.step_median_s)}, MFU {mfu_text}")
 
 
 # ---------------------------------------------------------------------------
@@ -517,10 +689,21 @@ def _fmt_flops(f: float | None) -> str:
     return f"{f:.0f} FLOP"
 
 
-def _fmt_collectives(stats: dict[str, dict[str, float]]) -> str:
-    if not stats:
-        return "none"
-    return ", ".join(f"{k} x{int(v['ops'])}" for k, v in stats.items())
+def spread(r: StrategyResult) -> float | None:
+    """(slowest - fastest) / median of a strategy's timed steps; None after a dry run."""
+    if not r.step_median_s:
+        return None
+    return (r.step_max_s - r.step_min_s) / r.step_median_s
+
+
+def ratio_range(r: StrategyResult, base: StrategyResult) -> tuple[float, float, float]:
+    """``r``'s median step over ``base``'s, and the lowest and highest ratio any two of their
+    timed steps give: ``(median ratio, fastest r / slowest base, slowest r / fastest base)``."""
+    return (
+        r.step_median_s / base.step_median_s,
+        r.step_min_s / base.step_max_s,
+        r.step_max_s / base.step_min_s,
+    )
 
 
 def format_table(results: Sequence[StrategyResult]) -> str:
@@ -528,21 +711,24 @@ def format_table(results: Sequence[StrategyResult]) -> str:
     if not results:
         return "no results"
     r0 = results[0]
-    cpu = r0.platform == "cpu"
     header = (
         f"preset '{r0.preset}' ({r0.n_params / 1e6:,.1f} M parameters, {r0.config['dtype']} compute, "
-        f"{r0.config['param_dtype']} parameters) on {r0.n_devices} x {r0.device_kind} ({r0.platform}), "
-        f"mesh {r0.mesh_shape} (data, model)\n"
+        f"{r0.config['param_dtype']} parameters{', remat' if r0.remat else ''}) on "
+        f"{r0.n_devices} x {r0.device_kind} ({r0.platform}), mesh {r0.mesh_shape} (data, model)\n"
         f"global batch {r0.config['batch']} x seq {r0.config['seq']} = {r0.tokens_per_step:,} tokens per step"
         + (
             f"; {r0.steps} timed step(s) after {r0.warmup} warm-up"
             if r0.steps
             else "; dry run: compiled only"
         )
+        + (f"\nresized to fit the mesh: {r0.resized}" if r0.resized else "")
     )
 
     def row(label: str, fn: Callable[[StrategyResult], str]) -> tuple[str, ...]:
         return (label, *(fn(r) for r in results))
+
+    def opt(value: Any, fmt: Callable[[Any], str]) -> str:
+        return "-" if value is None else fmt(value)
 
     def peak_text(r: StrategyResult) -> str:
         if r.device_peak_bytes is None:
@@ -555,24 +741,21 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         row("step time (median)", lambda r: _fmt_time(r.step_median_s)),
         row(
             "step time (min - max)",
-            lambda r: (
-                "-"
-                if r.step_min_s is None
-                else f"{_fmt_time(r.step_min_s)} - {_fmt_time(r.step_max_s)}"
-            ),
+            lambda r: opt(r.step_min_s, lambda s: f"{_fmt_time(s)} - {_fmt_time(r.step_max_s)}"),
         ),
-        row("tokens / s", lambda r: "-" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}"),
+        row("spread (max-min)/median", lambda r: opt(spread(r), lambda s: f"{s:.0%}")),
+        row("tokens / s", lambda r: opt(r.tokens_per_s, lambda t: f"{t:,.0f}")),
         row("step memory / device", lambda r: format_bytes(r.step_memory["total"])),
         row("  arguments", lambda r: format_bytes(r.step_memory["argument"])),
         row("  temporaries", lambda r: format_bytes(r.step_memory["temp"])),
+        row("params + Adam / device", lambda r: opt(r.state_bytes_per_device, format_bytes)),
+        row("allocator peak / device", peak_text),
         row(
-            "params + Adam / device",
+            "collectives",
             lambda r: (
-                "-" if r.state_bytes_per_device is None else format_bytes(r.state_bytes_per_device)
+                ", ".join(f"{k} x{int(v['ops'])}" for k, v in r.collectives.items()) or "none"
             ),
         ),
-        row("allocator peak / device", peak_text),
-        row("collectives", lambda r: _fmt_collectives(r.collectives)),
         row("sent / device (ring)", lambda r: format_bytes(r.comm_bytes_per_device)),
         row("FLOPs / step (formula)", lambda r: _fmt_flops(r.flops_formula)),
         row("FLOPs / device (XLA)", lambda r: _fmt_flops(r.flops_hlo_per_device)),
@@ -592,9 +775,10 @@ def format_table(results: Sequence[StrategyResult]) -> str:
     timed = [r for r in results if r.step_median_s]
     if len(timed) > 1:
         base = timed[0]
-        ratios = ", ".join(
-            f"{r.strategy}/{base.strategy} = {r.step_median_s / base.step_median_s:.2f}"
+        ratios = "; ".join(
+            f"{r.strategy}/{base.strategy} = {m:.2f} (any two steps: {lo:.2f} to {hi:.2f})"
             for r in timed[1:]
+            for m, lo, hi in [ratio_range(r, base)]
         )
         lines.append(f"median step time ratios, same run: {ratios}")
     if r0.peak_flops_per_device is None:
@@ -603,19 +787,27 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         lines.append(
             f"{MFU_NOTE}; peak {r0.peak_name} = {r0.peak_flops_per_device / 1e12:.0f} TFLOP/s."
         )
-    lines.append(
-        "FLOPs / device (XLA): cost_analysis() of the per-device SPMD program "
-        "(1/N of the step unless devices repeat work)."
-    )
+    lines.append(f"FLOPs / device: {XLA_FLOPS_NOTE}.")
     if r0.device_peak_bytes is not None:
         lines.append(
             "allocator peak: high-water mark since the process started; '<=' marks a strategy "
             "that did not raise it."
         )
-    if cpu:
+    if r0.compiler_options:
+        flags = ", ".join(f"{k}={str(v).lower()}" for k, v in r0.compiler_options.items())
         lines.append(
-            "These are simulated CPU devices sharing this machine's cores: NOT GPU timings. "
-            "Read the ratios and the bytes, not the milliseconds."
+            f"compiled with {flags}: XLA may overlap collectives with compute; this table does "
+            "not show whether it did."
+        )
+    if r0.n_devices == 1:
+        lines.append(
+            "One device: every strategy compiles to the same one-device program, with no "
+            "collectives; the table measures the step, not the strategies."
+        )
+    if r0.platform == "cpu":
+        lines.append(
+            "These are simulated CPU devices sharing this machine's cores: NOT GPU timings, "
+            "and their ratios change from run to run. Read the bytes and the collectives."
         )
     return "\n".join(lines)
 
@@ -623,11 +815,12 @@ def format_table(results: Sequence[StrategyResult]) -> str:
 def environment(devices: Sequence[Any] | None = None) -> dict[str, Any]:
     """Versions and devices, for the JSON record."""
     import flax
+    import jaxlib
 
     devices = list(jax.devices() if devices is None else devices)
     return {
         "jax": jax.__version__,
-        "jaxlib": _jaxlib_version(),
+        "jaxlib": jaxlib.__version__,
         "flax": flax.__version__,
         "optax": optax.__version__,
         "numpy": np.__version__,
@@ -635,16 +828,8 @@ def environment(devices: Sequence[Any] | None = None) -> dict[str, Any]:
         "platform": devices[0].platform,
         "device_kind": devices[0].device_kind,
         "device_count": len(devices),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
-
-
-def _jaxlib_version() -> str | None:
-    try:
-        import jaxlib
-
-        return jaxlib.__version__
-    except ImportError:  # pragma: no cover - jaxlib ships with every jax install
-        return None
 
 
 def report_dict(
@@ -659,13 +844,9 @@ def report_dict(
         "batch_per_device": r0.batch_per_device,
         "steps": r0.steps,
         "warmup": r0.warmup,
-        "mfu_flops_source": MFU_SOURCE,
         "notes": {
             "mfu": MFU_NOTE,
-            "flops_hlo_per_device": (
-                "XLA cost_analysis() of the per-device SPMD program "
-                "(1/N of the step unless devices repeat work)"
-            ),
+            "flops_hlo_per_device": XLA_FLOPS_NOTE,
             "bytes": "per device",
             "simulated": r0.platform == "cpu",
         },
@@ -673,138 +854,9 @@ def report_dict(
     }
 
 
-def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
-    """Bar chart: median step time (min-max whiskers) and per-device memory, per strategy.
-
-    Draws on ``axes`` (two matplotlib Axes) if given; returns the Figure.
-    """
-    import matplotlib.pyplot as plt
-
-    if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
-    else:
-        fig = axes[0].figure
-    names = [r.strategy for r in results]
-    xs = np.arange(len(results))
-    ax_t, ax_m = axes
-    med = np.array([(r.step_median_s or 0) * 1e3 for r in results])
-    lo = med - np.array([(r.step_min_s or 0) * 1e3 for r in results])
-    hi = np.array([(r.step_max_s or 0) * 1e3 for r in results]) - med
-    ax_t.bar(xs, med, yerr=[lo, hi], capsize=6, color="#4c72b0")
-    for x, m in zip(xs, med, strict=True):
-        ax_t.annotate(f"{m:.1f} ms", (x, m / 2), ha="center", color="white", fontweight="bold")
-    ax_t.set(
-        xticks=xs, xticklabels=names, ylabel="ms per step", title="step time (median, min-max)"
-    )
-    arg_b = np.array([r.step_memory["argument"] for r in results], dtype=float)
-    tmp_b = np.array([r.step_memory["temp"] for r in results], dtype=float)
-    unit, scale = ("GiB", 2**30) if max(arg_b + tmp_b) >= 2**31 else ("MiB", 2**20)
-    arg, tmp = arg_b / scale, tmp_b / scale
-    ax_m.bar(xs, arg, color="#55a868", label="arguments (params, Adam, batch)")
-    ax_m.bar(xs, tmp, bottom=arg, color="#c44e52", label="temporaries")
-    for x, total in zip(xs, arg + tmp, strict=True):
-        ax_m.annotate(
-            f"{total:.1f} {unit}",
-            (x, total),
-            xytext=(0, 3),
-            textcoords="offset points",
-            ha="center",
-        )
-    peaks = [r.device_peak_bytes for r in results]
-    if all(p is not None for p in peaks):
-        ax_m.scatter(
-            xs, np.array(peaks) / scale, marker="_", s=600, color="k", label="allocator peak"
-        )
-    ax_m.set(
-        xticks=xs,
-        xticklabels=names,
-        ylabel=f"{unit} per device",
-        title="memory per device (compiled step)",
-    )
-    ax_m.legend(fontsize=8, loc="upper right")
-    top = max(max(arg + tmp), max((p or 0) / scale for p in peaks))
-    ax_m.set_ylim(0, top * 1.4)
-    r0 = results[0]
-    where = f"{r0.n_devices} x {r0.device_kind}" + (
-        " (simulated: not GPU timings)" if r0.platform == "cpu" else ""
-    )
-    fig.suptitle(f"preset '{r0.preset}' on {where}")
-    return fig
-
-
 # ---------------------------------------------------------------------------
-# Cost model: N-GPU projection and the compute-bound condition
+# Where a projection starts
 # ---------------------------------------------------------------------------
-
-
-def collective_bytes_per_device(
-    strategy: str, n_params: int, n_devices: int, bytes_per_param: float = 4
-) -> float:
-    """Bytes each device sends per step, with bandwidth-optimal ring collectives.
-
-    ``dp``: one all-reduce of the gradients, ``2 * P * b * (N-1)/N``.
-    ``fsdp``: all-gather of the parameters (forward, and again for the backward pass when
-    they are not kept) and a reduce-scatter of the gradients, ``3 * P * b * (N-1)/N``.
-    (On CPU, XLA keeps the gathered weights and all-reduces the gradients instead: one
-    all-gather plus an all-reduce, the same three units.) ``b`` is the bytes per parameter
-    moved: 4 for the f32 master weights this series keeps, 2 if the wire carries bf16.
-    """
-    ring = (n_devices - 1) / n_devices
-    units = {"dp": 2, "fsdp": 3, "fsdp_all": 3}
-    if strategy not in units:
-        raise ValueError(
-            f"collective_bytes_per_device: no cost model for strategy {strategy!r}; use {sorted(units)}."
-        )
-    return units[strategy] * n_params * bytes_per_param * ring
-
-
-def project_step_time(
-    compute_s: float, comm_bytes_per_device: float, bandwidth: float, overlap: bool = True
-) -> float:
-    """Step time from compute time and bytes sent per device over ``bandwidth`` (bytes/s, one way).
-
-    With ``overlap`` the collectives hide behind compute (what XLA's scheduler aims for):
-    ``max(compute, comm)``; without, ``compute + comm``.
-    """
-    comm_s = comm_bytes_per_device / bandwidth
-    return max(compute_s, comm_s) if overlap else compute_s + comm_s
-
-
-def project_n_devices(
-    compute_s: float,
-    n_params: int,
-    n_devices: int,
-    bandwidth: float,
-    strategies: Sequence[str] = ("dp", "fsdp"),
-    bytes_per_param: float = 4,
-) -> dict[str, dict[str, float]]:
-    """Per strategy: projected step time on ``n_devices`` from a measured one-device step.
-
-    Weak scaling: each device keeps the one-device batch, so compute per device stays
-    ``compute_s``; collectives add ``collective_bytes_per_device / bandwidth``.
-    Returns ``compute_s, comm_s, step_s`` (overlapped), ``step_s_serial`` (not overlapped)
-    and ``compute_bound`` per strategy.
-    """
-    out = {}
-    for s in strategies:
-        comm_b = collective_bytes_per_device(s, n_params, n_devices, bytes_per_param)
-        comm_s = comm_b / bandwidth
-        out[s] = {
-            "compute_s": compute_s,
-            "comm_s": comm_s,
-            "step_s": project_step_time(compute_s, comm_b, bandwidth, overlap=True),
-            "step_s_serial": project_step_time(compute_s, comm_b, bandwidth, overlap=False),
-            "compute_bound": compute_s >= comm_s,
-        }
-    return out
-
-
-def config_from_dict(d: dict[str, Any]) -> ModelConfig:
-    """The ``ModelConfig`` back from ``config_dict`` (or a result's ``config``)."""
-    names = {f.name for f in dataclasses.fields(ModelConfig)}
-    kwargs = {k: v for k, v in d.items() if k in names}
-    kwargs["dtype"] = jnp.dtype(kwargs.get("dtype", "float32"))
-    return ModelConfig(**kwargs)
 
 
 @dataclass(frozen=True)
@@ -855,134 +907,21 @@ def projection_base(
     )
 
 
-def compute_bound_tokens(peak_flops_per_s: float, bandwidth: float) -> float:
-    """The scaling-book condition: FSDP stays compute-bound while tokens per device > C / W.
-
-    From ``6 * T * P`` FLOPs per step against ``3 * P * 2`` bf16 bytes of collectives: the
-    ``6P`` cancels, leaving ``T > C / W`` (peak FLOP/s over one-way bandwidth per device).
-    """
-    return peak_flops_per_s / bandwidth
-
-
-def projection_curve(
-    cfg: ModelConfig,
-    tokens_per_device: Any,
-    n_devices: int,
-    flops_per_s: float,
-    bandwidth: float,
-    strategy: str,
-    bytes_per_param: float = 4,
-) -> np.ndarray:
-    """Projected step time (s, overlapped) against tokens per device, for one strategy.
-
-    Compute: ``cfg``'s formula FLOPs for that many tokens at ``flops_per_s`` (peak x MFU);
-    communication: ``collective_bytes_per_device`` over ``bandwidth``, independent of batch.
-    """
-    tokens = np.asarray(tokens_per_device, dtype=float)
-    flops_per_token = cfg.train_flops_per_step() / (cfg.batch * cfg.seq)
-    compute = tokens * flops_per_token / flops_per_s
-    comm = (
-        collective_bytes_per_device(strategy, cfg.param_count(), n_devices, bytes_per_param)
-        / bandwidth
-    )
-    return np.maximum(compute, comm)
-
-
-def knee_tokens(
-    cfg: ModelConfig,
-    n_devices: int,
-    flops_per_s: float,
-    bandwidth: float,
-    strategy: str,
-    bytes_per_param: float = 4,
-) -> float:
-    """Tokens per device below which ``strategy``'s step is communication-bound (compute = comm)."""
-    flops_per_token = cfg.train_flops_per_step() / (cfg.batch * cfg.seq)
-    comm_s = (
-        collective_bytes_per_device(strategy, cfg.param_count(), n_devices, bytes_per_param)
-        / bandwidth
-    )
-    return comm_s * flops_per_s / flops_per_token
-
-
-def plot_projection(
-    cfg: ModelConfig,
-    n_devices: int,
-    flops_per_s: float,
-    bandwidths: dict[str, float],
-    strategies: Sequence[str] = ("dp", "fsdp"),
-    bytes_per_param: float = 4,
-    tokens: Any = None,
-    scaling_book: float | None = None,
-    ax: Any = None,
-) -> Any:
-    """Projected step time against tokens per device, per strategy and interconnect. Returns the Axes.
-
-    Solid lines for the first interconnect, dashed for the next ones; the grey line is
-    compute alone. A dotted vertical line marks each strategy's knee on the first
-    interconnect, and ``scaling_book`` (tokens) draws the scaling-book threshold.
-    """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
-    tokens = np.geomspace(128, 131072, 64) if tokens is None else np.asarray(tokens, dtype=float)
-    flops_per_token = cfg.train_flops_per_step() / (cfg.batch * cfg.seq)
-    ax.plot(
-        tokens,
-        tokens * flops_per_token / flops_per_s * 1e3,
-        color="0.6",
-        lw=4,
-        alpha=0.6,
-        label="compute alone",
-    )
-    colours = {"dp": "#4c72b0", "fsdp": "#dd8452", "fsdp_all": "#c44e52"}
-    for i, (bw_name, bw) in enumerate(bandwidths.items()):
-        style = "-" if i == 0 else "--"
-        for j, s in enumerate(strategies):
-            y = projection_curve(cfg, tokens, n_devices, flops_per_s, bw, s, bytes_per_param) * 1e3
-            ax.plot(tokens, y, style, color=colours.get(s), label=f"{s}, {bw_name}")
-            if i == 0:  # knees on the first link, labelled low on the right, one above another
-                k = knee_tokens(cfg, n_devices, flops_per_s, bw, s, bytes_per_param)
-                ax.axvline(k, color=colours.get(s), ls=":", lw=1)
-                ax.annotate(
-                    f"{s} knee: {k:,.0f} tokens",
-                    (k, 0.04 + 0.08 * j),
-                    xycoords=("data", "axes fraction"),
-                    xytext=(3, 0),
-                    textcoords="offset points",
-                    fontsize=8,
-                    bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1},
-                    color=colours.get(s),
-                )
-    if scaling_book is not None:
-        ax.axvline(scaling_book, color="k", ls="-.", lw=1)
-        ax.annotate(
-            f"scaling book C/W: {scaling_book:,.0f} tokens",
-            (scaling_book, 0.04 + 0.08 * len(strategies)),
-            xycoords=("data", "axes fraction"),
-            xytext=(3, 0),
-            textcoords="offset points",
-            fontsize=8,
-            bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1},
-        )
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="tokens per device per step (batch x seq)",
-        ylabel="projected step time (ms)",
-        title=f"{cfg.param_count() / 1e6:,.0f} M parameters on {n_devices} GPUs, "
-        f"{flops_per_s / 1e12:,.0f} TFLOP/s per GPU, {bytes_per_param:g} B/param on the wire",
-    )
-    ax.title.set_fontsize(10)
-    ax.legend(fontsize=8, loc="upper left")
-    ax.grid(True, which="both", alpha=0.2)
-    return ax
-
-
 # ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
+
+
+def _mesh_shape(text: str) -> tuple[int, int]:
+    try:
+        shape = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 2 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give the (data, model) mesh as two positive sizes, e.g. 2,4"
+        )
+    return shape  # type: ignore[return-value]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -998,33 +937,59 @@ def build_parser() -> argparse.ArgumentParser:
         "--devices",
         type=int,
         default=None,
-        help="simulated CPU devices when there is no GPU (default $NUM_DEVICES or 8)",
+        help="simulated CPU devices when there is no GPU (default: the mesh's size, else "
+        "$NUM_DEVICES or 8)",
+    )
+    p.add_argument(
+        "--mesh-shape",
+        type=_mesh_shape,
+        default=None,
+        metavar="DATA,MODEL",
+        help="the (data, model) mesh, e.g. 2,4 for hybrid, tp or fsdp_tp (default: N,1). "
+        "A strategy the mesh leaves degenerate (tp on N,1; dp on 4,2) is refused",
     )
     p.add_argument("--batch-per-device", type=int, default=None, help="override the preset's batch")
+    p.add_argument("--remat", action="store_true", help="wrap the model in nn.remat")
     p.add_argument("--dry-run", action="store_true", help="compile and analyse only; run no step")
+    p.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="run a GPU preset (gpu, gpu_small) on CPU devices anyway; refused otherwise",
+    )
     p.add_argument(
         "--json", metavar="PATH", help="write every measurement, versions and config here"
     )
     p.add_argument(
-        "--plot", metavar="PATH", help="save a bar chart of step time and memory (matplotlib)"
+        "--plot", metavar="PATH", help="save a chart of step times and memory (matplotlib)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    devices = use_simulated_devices(args.devices, real_accelerators="auto")
-    results = compare_strategies(
-        args.strategies,
-        preset=args.preset,
-        steps=args.steps,
-        warmup=args.warmup,
-        devices=devices,
-        progress=not args.quiet,
-        batch_per_device=args.batch_per_device,
-        dry_run=args.dry_run,
-    )
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    count = args.devices
+    if count is None and args.mesh_shape is not None:
+        count = math.prod(args.mesh_shape)
+    devices = use_simulated_devices(count, real_accelerators="auto")
+    try:
+        results = compare_strategies(
+            args.strategies,
+            preset=args.preset,
+            steps=args.steps,
+            warmup=args.warmup,
+            devices=devices,
+            progress=not args.quiet,
+            batch_per_device=args.batch_per_device,
+            mesh_shape=args.mesh_shape,
+            remat=args.remat,
+            dry_run=args.dry_run,
+            allow_cpu=args.allow_cpu,
+        )
+    except ValueError as err:  # a refusal is one sentence, not a usage page
+        print(f"{parser.prog}: {err}", file=sys.stderr)
+        return 2
     print(format_table(results), flush=True)
     if args.json:
         with open(args.json, "w") as f:
@@ -1034,8 +999,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dry_run:
             print("--plot skipped: a dry run has no step times", flush=True)
         else:
-            fig = plot_results(results)
-            fig.savefig(args.plot, dpi=120)
+            from helpers.draw_profile import plot_results
+
+            plot_results(results).savefig(args.plot, dpi=120)
             print(f"wrote {args.plot}", flush=True)
     return 0
 

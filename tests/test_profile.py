@@ -1,8 +1,9 @@
-"""Tests of helpers.profile: what compare_strategies measures, the cost model, and the CLI.
+"""Tests of helpers.profile: what compare_strategies measures, how it sizes and refuses, the CLI.
 
 There is no GPU here, so the GPU-only lines are exercised with stand-ins: a fake
-allocator for ``memory_stats()``, fake devices for ``choose_preset``, device-kind strings
-for the peak table, and a compile-only (``dry_run``) pass of the ``gpu`` preset itself.
+allocator for ``memory_stats()``, fake devices for ``choose_preset``, and a compile-only
+(``dry_run``) pass of the ``gpu`` preset itself. The cost model's own formulas are
+tests/test_cost_model.py; here its unit counts meet the bytes of compiled steps.
 """
 
 from helpers import use_simulated_devices
@@ -22,6 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from helpers import cost_model as cm  # noqa: E402
 from helpers import profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +86,7 @@ def test_every_field_is_measured_and_sane(tiny):
         assert per_device <= r.flops_hlo_per_device <= 1.15 * per_device
         assert len(r.losses) == 3 and all(math.isfinite(v) for v in r.losses)
         assert set(r.step_memory) == {"argument", "output", "temp", "alias", "total"}
-        assert r.mfu_source == "formula"
+        assert r.remat is False and r.resized == "" and r.compiler_options == {}
 
 
 def test_mfu_is_not_available_on_cpu(tiny):
@@ -176,29 +178,13 @@ def test_report_dict_is_json_with_versions(tiny):
     )
     assert env["flax"] and env["optax"]
     assert report["preset"] == "tiny" and report["config"]["d_model"] == TINY.d_model
-    assert report["mfu_flops_source"] == "formula" and report["notes"]["simulated"] is True
+    assert report["notes"]["simulated"] is True and env["xla_flags"] == os.environ.get(
+        "XLA_FLAGS", ""
+    )
     assert [r["strategy"] for r in report["results"]] == ["dp", "fsdp"]
+    first = report["results"][0]
+    assert first["remat"] is False and first["resized"] == "" and first["compiler_options"] == {}
     assert report["results"][1]["collectives"]["all-gather"]["ops"] >= 1
-
-
-def test_plot_results_draws_what_was_measured(tiny, tmp_path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    _, results, _ = tiny
-    fig = profile.plot_results(results)
-    ax_t, ax_m = fig.axes
-    heights = [p.get_height() for p in ax_t.patches]
-    assert heights == pytest.approx([r.step_median_s * 1e3 for r in results])
-    assert [t.get_text() for t in ax_t.get_xticklabels()] == ["dp", "fsdp"]
-    stacked = [p.get_height() for p in ax_m.patches]  # arguments, then temporaries
-    assert stacked[:2] == pytest.approx([r.step_memory["argument"] / 2**20 for r in results])
-    assert "simulated" in fig.texts[0].get_text()
-    fig.savefig(tmp_path / "bars.png")
-    assert (tmp_path / "bars.png").stat().st_size > 1000
-    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------
@@ -261,29 +247,6 @@ def test_projection_base_uses_a_one_gpu_measurement(one_device_bf16):
 # ---------------------------------------------------------------------------
 # Peaks, MFU, presets
 # ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("kind", "name", "peak"),
-    [
-        ("NVIDIA H200", "H200 SXM", 989e12),
-        ("NVIDIA H200 NVL", "H200 NVL", 835e12),
-        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989e12),
-        ("NVIDIA H100 PCIe", "H100 PCIe", 756e12),
-        ("NVIDIA H100 NVL", "H100 NVL", 835e12),
-        ("NVIDIA A100-SXM4-80GB", "A100", 312e12),
-        ("NVIDIA A100-PCIE-40GB", "A100", 312e12),
-        ("NVIDIA L4", "L4", 121e12),
-        ("Tesla T4", "T4 (FP16 peak)", 65e12),
-    ],
-)
-def test_peak_table_matches_device_kinds(kind, name, peak):
-    assert profile.peak_flops(kind) == (name, peak)
-
-
-@pytest.mark.parametrize("kind", ["cpu", "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "TPU v5 lite"])
-def test_unknown_devices_have_no_peak(kind):
-    assert profile.peak_flops(kind) is None
 
 
 def test_mfu_arithmetic():
@@ -382,88 +345,135 @@ def test_gpu_preset_compiles_and_its_flops_match_the_formula():
 
 
 # ---------------------------------------------------------------------------
-# Cost model
+# The cost model's units against the compiled steps
 # ---------------------------------------------------------------------------
 
 
-def test_collective_bytes_formula():
-    assert (
-        profile.collective_bytes_per_device("dp", 1000, 4, bytes_per_param=2) == 2 * 1000 * 2 * 0.75
-    )
-    assert (
-        profile.collective_bytes_per_device("fsdp", 1000, 4, bytes_per_param=2)
-        == 3 * 1000 * 2 * 0.75
-    )
-    assert profile.collective_bytes_per_device("fsdp", 1000, 1) == 0  # one device sends nothing
-    with pytest.raises(ValueError, match="no cost model"):
-        profile.collective_bytes_per_device("tp", 1000, 4)
-
-
-def test_collective_bytes_formula_matches_the_compiled_step(tiny):
-    """On CPU the tiny preset's measured ring bytes are what the formula says (f32 on the wire)."""
+def test_the_compiled_bytes_are_the_cost_models_units(tiny):
+    """On CPU (f32 on the wire, FSDP's gradients all-reduced) DP sends 2 units, FSDP 3."""
     by_name, _, _ = tiny
     for s in ("dp", "fsdp"):
-        formula = profile.collective_bytes_per_device(s, TINY.param_count(), 8, bytes_per_param=4)
-        assert by_name[s].comm_bytes_per_device == pytest.approx(formula, rel=0.01)
+        units = cm.comm_units(s, reduce_scatter=False)
+        predicted = cm.comm_bytes(s, TINY.param_count(), 8, 4, reduce_scatter=False)
+        assert by_name[s].comm_bytes_per_device == pytest.approx(predicted.total, rel=0.01)
+        assert units.total == {"dp": 2, "fsdp": 3}[s]
 
 
-def test_project_step_time_overlaps_or_adds():
-    assert profile.project_step_time(0.1, 45e9, 450e9) == pytest.approx(0.1)
-    assert profile.project_step_time(0.05, 45e9, 450e9) == pytest.approx(0.1)
-    assert profile.project_step_time(0.05, 45e9, 450e9, overlap=False) == pytest.approx(0.15)
-
-
-def test_project_n_devices():
-    p = profile.project_n_devices(
-        0.1, n_params=10**9, n_devices=8, bandwidth=450e9, bytes_per_param=2
+def test_remat_gathers_the_weights_again_and_recomputes_the_forward(tiny):
+    by_name, _, _ = tiny
+    (r,) = profile.compare_strategies(
+        ("fsdp",), preset="tiny", remat=True, dry_run=True, progress=False
     )
-    assert p["dp"]["comm_s"] == pytest.approx(2 * 2e9 * 7 / 8 / 450e9)
-    assert p["fsdp"]["comm_s"] == pytest.approx(3 * 2e9 * 7 / 8 / 450e9)
-    assert p["dp"]["compute_s"] == 0.1 and p["dp"]["compute_bound"]
-    assert p["fsdp"]["step_s"] == pytest.approx(max(0.1, p["fsdp"]["comm_s"]))
-    assert p["fsdp"]["step_s_serial"] == pytest.approx(0.1 + p["fsdp"]["comm_s"])
-    slow = profile.project_n_devices(0.001, 10**9, 8, profile.PCIE4_X16)
-    assert not slow["fsdp"]["compute_bound"] and slow["fsdp"]["step_s"] == slow["fsdp"]["comm_s"]
+    plain = by_name["fsdp"]
+    assert r.remat and r.n_params == plain.n_params  # nn.remat keeps the parameter tree
+    assert r.collectives["all-gather"]["ops"] == 2 * plain.collectives["all-gather"]["ops"]
+    assert r.collectives["all-gather"]["bytes"] == 2 * plain.collectives["all-gather"]["bytes"]
+    assert r.collectives["all-reduce"] == plain.collectives["all-reduce"]
+    predicted = cm.comm_bytes("fsdp", TINY.param_count(), 8, 4, remat=True, reduce_scatter=False)
+    assert r.comm_bytes_per_device == pytest.approx(predicted.total, rel=0.01)
+    # The backward pass recomputes the forward: about 8/6 of the matmul FLOPs.
+    assert r.flops_hlo_per_device / plain.flops_hlo_per_device == pytest.approx(8 / 6, rel=0.05)
+    assert r.flops_formula == plain.flops_formula  # model FLOPs, what MFU divides
 
 
-def test_scaling_book_threshold_and_the_knee():
-    c_over_w = profile.compute_bound_tokens(989e12, profile.NVLINK4)
-    assert c_over_w == pytest.approx(2197.8, rel=1e-4)
-    cfg = profile.PRESETS["gpu"]
-    n = 8
-    # With bf16 on the wire and compute at peak, the FSDP knee is the scaling-book C/W
-    # (times (N-1)/N for the ring, times all-params / matmul-params, which is ~1 here).
-    knee = profile.knee_tokens(cfg, n, 989e12, profile.NVLINK4, "fsdp", bytes_per_param=2)
-    assert knee == pytest.approx(c_over_w * (n - 1) / n, rel=0.01)
-    # f32 on the wire doubles it; DP needs two units of bytes instead of three.
-    assert profile.knee_tokens(cfg, n, 989e12, profile.NVLINK4, "fsdp") == pytest.approx(2 * knee)
-    assert profile.knee_tokens(cfg, n, 989e12, profile.NVLINK4, "dp", 2) == pytest.approx(
-        2 * knee / 3
+def test_gpu_compiler_options_exist_in_this_jaxlib(monkeypatch):
+    """XLA rejects an unknown option by name, on any backend: compiling proves the names."""
+    import jax.numpy as jnp
+
+    lowered = jax.jit(lambda x: x * 2).lower(jnp.ones(3))
+    assert lowered.compile(profile.GPU_COMPILER_OPTIONS) is not None
+    with pytest.raises(Exception, match="No such compile option"):
+        lowered.compile({"xla_gpu_enable_latency_hiding_schedulr": True})
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert profile.gpu_compiler_options() == {"xla_gpu_enable_latency_hiding_scheduler": True}
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=false")
+    assert profile.gpu_compiler_options() == {}  # the user's flag wins
+
+
+# ---------------------------------------------------------------------------
+# Sizes that follow the mesh, and strategies the mesh leaves degenerate
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("preset", "strategies", "shape", "changed"),
+    [
+        ("tiny", ("dp", "fsdp"), (8, 1), {}),
+        ("tiny", ("dp", "fsdp"), (3, 1), {"d_model": 144}),  # lcm(3, 8) = 24
+        ("tiny", ("dp", "fsdp"), (7, 1), {"d_model": 168}),
+        ("tiny", ("dp",), (7, 1), {}),  # DP splits no parameter
+        ("tiny", ("tp",), (1, 3), {"d_ff": 528}),
+        ("tiny", ("fsdp_tp",), (3, 2), {"d_model": 144}),  # 2 divides d_ff = 512 already
+        ("gpu", ("dp", "fsdp"), (6, 1), {"d_model": 4224}),  # lcm(6, 128) = 384
+        ("gpu", ("dp", "fsdp"), (5, 1), {"d_model": 4480}),
+    ],
+)
+def test_fit_to_mesh_rounds_up_what_the_mesh_must_divide(preset, strategies, shape, changed):
+    base = profile.PRESETS[preset]
+    cfg, note = profile.fit_to_mesh(base, strategies, shape, profile.PRESET_MULTIPLE[preset])
+    assert cfg == dataclasses.replace(base, **changed)
+    assert bool(note) == bool(changed)
+    for width, value in changed.items():
+        assert f"{width} {getattr(base, width)} -> {value}" in note
+
+
+def test_workload_for_resizes_presets_but_not_a_model_config():
+    three = jax.devices()[:3]
+    wl = profile.workload_for("tiny", ("dp", "fsdp"), three)
+    assert wl.cfg.d_model == 144 and wl.cfg.batch == 3 * TINY.batch and "d_model 128" in wl.resized
+    own = dataclasses.replace(TINY, d_model=96)
+    wl = profile.workload_for(own, ("fsdp",), three, batch_per_device=2, remat=True)
+    assert wl.name == "custom" and wl.cfg.d_model == 96 and wl.resized == ""
+    assert wl.cfg.batch == 6 and wl.batch_per_device == 2 and wl.remat
+    assert wl.model().__class__.__name__ != "MLPStack"  # the nn.remat-lifted class
+
+
+def test_three_devices_run_fsdp_with_a_resized_preset():
+    (r,) = profile.compare_strategies(
+        ("fsdp",), preset="tiny", devices=jax.devices()[:3], dry_run=True, progress=False
     )
-    tokens = np.array([knee / 4, knee, knee * 4])
-    curve = profile.projection_curve(cfg, tokens, n, 989e12, profile.NVLINK4, "fsdp", 2)
-    comm_s = profile.collective_bytes_per_device("fsdp", cfg.param_count(), n, 2) / profile.NVLINK4
-    assert curve[0] == pytest.approx(comm_s) and curve[1] == pytest.approx(comm_s)
-    assert curve[2] == pytest.approx(4 * comm_s)  # compute-bound: linear in tokens
+    assert r.config["d_model"] == 144 and r.n_params == r.config["param_count"]
+    assert r.mesh_shape == (3, 1) and "all-gather" in r.collectives
+    assert "resized to fit the mesh: d_model 128 -> 144" in profile.format_table([r])
 
 
-def test_plot_projection_marks_the_knees():
-    import matplotlib
+@pytest.mark.parametrize(
+    ("strategy", "shape", "why"),
+    [
+        ("dp", (8, 1), None),
+        ("fsdp", (8, 1), None),
+        ("tp", (1, 8), None),
+        ("hybrid", (4, 2), None),
+        ("fsdp_tp", (2, 4), None),
+        ("tp", (1, 1), None),  # one device: every strategy is the one-device program
+        ("tp", (8, 1), "'model' has size 1; the 8 devices along 'data' would repeat"),
+        ("hybrid", (8, 1), "'model' has size 1; use a mesh with both axes > 1, e.g. (4, 2)"),
+        ("fsdp_tp", (7, 1), "7 devices (a prime count) make no mesh with both axes > 1"),
+        ("dp", (4, 2), "the 2 devices along 'model' would repeat each other's work; use mesh (8, 1)"),
+        ("fsdp", (1, 8), "'data' has size 1; the 8 devices along 'model'"),
+    ],
+)  # fmt: skip
+def test_degenerate_strategies_are_named_with_a_reason(strategy, shape, why):
+    said = profile.degenerate(strategy, shape)
+    if why is None:
+        assert said is None
+    else:
+        assert why in said and f"strategy {strategy!r} on mesh {shape}" in said
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    cfg = profile.PRESETS["gpu"]
-    bws = {"NVLink": profile.NVLINK4, "PCIe": profile.PCIE5_X16}
-    ax = profile.plot_projection(cfg, 8, 989e12, bws, scaling_book=2197.8)
-    labels = [line.get_label() for line in ax.get_lines()]
-    for want in ("compute alone", "dp, NVLink", "fsdp, NVLink", "dp, PCIe", "fsdp, PCIe"):
-        assert want in labels
-    knee = profile.knee_tokens(cfg, 8, 989e12, profile.NVLINK4, "fsdp")
-    xs = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
-    assert any(x == pytest.approx(knee) for x in xs)
-    assert ax.get_xscale() == "log" and "tokens per device" in ax.get_xlabel()
-    plt.close(ax.figure)
+def test_compare_strategies_refuses_what_would_measure_nothing():
+    with pytest.raises(ValueError, match="'tp' on mesh \\(8, 1\\)"):
+        profile.compare_strategies(("dp", "tp"), preset="tiny", dry_run=True, progress=False)
+    with pytest.raises(ValueError, match="mesh_shape=\\(2, 2\\) holds 4 devices, but 8"):
+        profile.compare_strategies(("hybrid",), preset="tiny", mesh_shape=(2, 2), progress=False)
+    with pytest.raises(ValueError, match="sized for a GPU .* TFLOP per step.*--allow-cpu"):
+        profile.compare_strategies(("dp",), preset="gpu", progress=False)
+    with pytest.raises(ValueError, match="sized for a GPU"):
+        profile.compare_strategies(("dp",), preset="gpu_small", progress=False)
+    # Asked explicitly (or only compiling), the GPU preset passes the checks on CPU devices.
+    gpu = profile.workload_for("gpu", ("dp",), jax.devices())
+    for dry_run, allow_cpu in ((False, True), (True, False)):
+        profile._refuse(("dp",), gpu, jax.devices(), (8, 1), 1, 0, dry_run, allow_cpu)
 
 
 # ---------------------------------------------------------------------------
@@ -518,3 +528,49 @@ def test_cli_flags():
     )
     with pytest.raises(SystemExit):
         profile.build_parser().parse_args(["--strategies", "pp"])
+    assert profile.build_parser().parse_args(["--mesh-shape", "2,4"]).mesh_shape == (2, 4)
+    for bad in ("2x4", "8", "0,8", "2,2,2"):
+        with pytest.raises(SystemExit):
+            profile.build_parser().parse_args(["--mesh-shape", bad])
+
+
+def test_cli_help_shows_the_mesh_option():
+    text = profile.build_parser().format_help()
+    assert "--mesh-shape DATA,MODEL" in text and "--allow-cpu" in text and "--remat" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--preset", "gpu"], "preset 'gpu' is sized for a GPU"),
+        (["--preset", "tiny", "--strategies", "tp"], "'tp' on mesh (8, 1)"),
+        (["--preset", "tiny", "--mesh-shape", "4,2"], "'dp' on mesh (4, 2)"),
+    ],
+)
+def test_cli_refuses_with_one_sentence(argv, said, capsys):
+    assert profile.main([*argv, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and "usage:" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_runs_a_two_axis_mesh(capsys):
+    argv = ["--preset", "tiny", "--mesh-shape", "4,2", "--strategies", "hybrid", "fsdp_tp",
+            "--dry-run", "--quiet"]  # fmt: skip
+    assert profile.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "mesh (4, 2) (data, model)" in out and "hybrid" in out and "fsdp_tp" in out
+
+
+def test_requirements_gpu_is_the_pins_plus_the_cuda_extra_of_the_same_jax():
+    """The README's GPU install: requirements-gpu.txt must not drift from requirements.txt."""
+    pins = dict(
+        line.split("==")
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    gpu = [
+        ln for ln in (ROOT / "requirements-gpu.txt").read_text().splitlines() if ln and ln[0] != "#"
+    ]
+    assert gpu == ["-r requirements.txt", f"jax[cuda12]=={pins['jax']}"]
+    assert pins["jaxlib"] == pins["jax"]  # the CUDA plugin is released with both, same version

@@ -1,0 +1,203 @@
+"""The profile's two figures: what a run measured, and what the cost model projects.
+
+``plot_results`` draws ``helpers.profile.compare_strategies``'s results (every timed step,
+and memory per device); ``plot_projection`` draws ``helpers.cost_model``'s projected step
+time against tokens per device. Each takes an ``ax``/``axes`` to draw on and returns what
+it drew; matplotlib is imported inside them, so importing this module does not need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from helpers import cost_model as cm
+from helpers.models import ModelConfig
+from helpers.profile import StrategyResult, spread
+
+
+def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
+    """Two panels: every timed step (dots) and its median (bar), and per-device memory.
+
+    On CPU devices the time panel says that it shows noise. Draws on ``axes`` (two
+    matplotlib Axes) if given; returns the Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
+    else:
+        fig = axes[0].figure
+    names = [r.strategy for r in results]
+    xs = np.arange(len(results))
+    ax_t, ax_m = axes
+    r0 = results[0]
+    cpu = r0.platform == "cpu"
+    med = np.array([(r.step_median_s or 0) * 1e3 for r in results])
+    ax_t.bar(xs, med, width=0.6, color="#4c72b0", alpha=0.35 if cpu else 1.0, label="median")
+    for x, r in zip(xs, results, strict=True):
+        ts = np.array(r.step_times_s) * 1e3
+        jitter = np.linspace(-0.18, 0.18, len(ts)) if len(ts) > 1 else np.zeros(len(ts))
+        ax_t.scatter(
+            x + jitter,
+            ts,
+            s=18,
+            color="#1f3b66",
+            zorder=3,
+            label="each timed step" if x == 0 else None,
+        )
+        if r.step_median_s:
+            ax_t.annotate(
+                f"{r.step_median_s * 1e3:.1f} ms\nspread {spread(r):.0%}",
+                (x, max(ts)),
+                xytext=(0, 4),
+                textcoords="offset points",
+                ha="center",
+                fontsize=8,
+            )
+    top_t = max((max(r.step_times_s, default=0) for r in results), default=0) * 1e3
+    ax_t.set_ylim(0, top_t * 1.35 or 1)
+    ax_t.set(xticks=xs, xticklabels=names, ylabel="ms per step")
+    ax_t.set_title(
+        "step time: noise on shared CPU cores" if cpu else "step time (median, every step)",
+        fontsize=10,
+    )
+    ax_t.legend(fontsize=8, loc="upper left")
+    arg_b = np.array([r.step_memory["argument"] for r in results], dtype=float)
+    tmp_b = np.array([r.step_memory["temp"] for r in results], dtype=float)
+    unit, scale = ("GiB", 2**30) if max(arg_b + tmp_b) >= 2**31 else ("MiB", 2**20)
+    arg, tmp = arg_b / scale, tmp_b / scale
+    ax_m.bar(xs, arg, color="#55a868", label="arguments (params, Adam, batch)")
+    ax_m.bar(xs, tmp, bottom=arg, color="#c44e52", label="temporaries")
+    for x, total in zip(xs, arg + tmp, strict=True):
+        ax_m.annotate(
+            f"{total:.1f} {unit}",
+            (x, total),
+            xytext=(0, 3),
+            textcoords="offset points",
+            ha="center",
+        )
+    peaks = [r.device_peak_bytes for r in results]
+    if all(p is not None for p in peaks):
+        ax_m.scatter(
+            xs, np.array(peaks) / scale, marker="_", s=600, color="k", label="allocator peak"
+        )
+    ax_m.set(xticks=xs, xticklabels=names, ylabel=f"{unit} per device")
+    ax_m.set_title("memory per device (compiled step): exact", fontsize=10)
+    ax_m.legend(fontsize=8, loc="upper right")
+    ax_m.set_ylim(0, max(max(arg + tmp), max((p or 0) / scale for p in peaks)) * 1.4)
+    where = f"{r0.n_devices} x {r0.device_kind}" + (" (simulated: not GPU timings)" if cpu else "")
+    fig.suptitle(f"preset '{r0.preset}' on {where}")
+    return fig
+
+
+CASES: tuple[tuple[str, bool], ...] = (("dp", False), ("fsdp", False), ("fsdp", True))
+
+
+def _label(case: tuple[str, bool]) -> str:
+    return f"{case[0]} + remat" if case[1] else case[0]
+
+
+def plot_projection(
+    cfg: ModelConfig,
+    n_devices: int,
+    flops_per_s: float,
+    bandwidths: dict[str, float],
+    cases: Sequence[tuple[str, bool]] = CASES,
+    bytes_per_param: float = 4,
+    tokens: Any = None,
+    scaling_book: float | None = None,
+    ax: Any = None,
+) -> Any:
+    """Projected step time (``cost_model.step_cost``) against tokens per device. Returns the Axes.
+
+    One line per ``(strategy, remat)`` case and interconnect: solid for the first link,
+    dashed for the next ones; cases whose lines coincide share one (``dp = fsdp``). The
+    thick grey line is compute alone (the thin one, with remat's recompute). A dotted vertical line marks each distinct
+    knee on the first link, and ``scaling_book`` (tokens) draws the scaling book's C/W.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
+    tokens = np.geomspace(128, 131072, 64) if tokens is None else np.asarray(tokens, dtype=float)
+    compute = tokens * cm.flops_per_token(cfg).total / flops_per_s
+    ax.plot(tokens, compute * 1e3, color="0.6", lw=4, alpha=0.6, label="compute alone")
+    if any(remat for _, remat in cases):
+        remat_compute = tokens * cm.flops_per_token(cfg, remat=True).total / flops_per_s
+        ax.plot(
+            tokens,
+            remat_compute * 1e3,
+            color="0.6",
+            lw=1.5,
+            ls=(0, (1, 2)),
+            label="compute alone, remat (8/6)",
+        )
+    colours = ["#4c72b0", "#dd8452", "#c44e52", "#8172b3", "#55a868"]
+    marks: list[tuple[float, str, str]] = []
+    for i, (bw_name, bw) in enumerate(bandwidths.items()):
+        curves: list[tuple[list[str], np.ndarray, tuple[str, bool]]] = []
+        for case in cases:
+            y = cm.step_cost(
+                cfg,
+                case[0],
+                n_devices,
+                flops_per_s,
+                bw,
+                bytes_per_param,
+                tokens=tokens,
+                remat=case[1],
+            ).step_s
+            same = next((c for c in curves if np.allclose(c[1], y)), None)
+            if same:
+                same[0].append(_label(case))
+            else:
+                curves.append(([_label(case)], y, case))
+        for j, (labels, y, case) in enumerate(curves):
+            colour = colours[j % len(colours)]
+            ax.plot(
+                tokens,
+                y * 1e3,
+                "-" if i == 0 else "--",
+                color=colour,
+                label=f"{' = '.join(labels)}, {bw_name}",
+            )
+            if i == 0:
+                k = cm.knee_tokens(
+                    cfg, case[0], n_devices, flops_per_s, bw, bytes_per_param, remat=case[1]
+                )
+                same = next((m for m in marks if np.isclose(m[0], k, rtol=1e-3)), None)
+                if same:
+                    marks[marks.index(same)] = (k, f"{same[1]}, {' = '.join(labels)}", same[2])
+                else:
+                    marks.append((k, " = ".join(labels), colour))
+    if scaling_book is not None:
+        marks.append((scaling_book, "scaling book C/W", "k"))
+    for n, (k, label, colour) in enumerate(marks):
+        book = label == "scaling book C/W"
+        ax.axvline(k, color=colour, ls="-." if book else ":", lw=1)
+        ax.annotate(
+            f"{label}: {k:,.0f} tokens" if book else f"knee ({label}): {k:,.0f} tokens",
+            (k, 0.95 - 0.07 * n),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, 0),
+            textcoords="offset points",
+            fontsize=8,
+            color=colour,
+            bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1},
+            va="top",
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="tokens per device per step (batch x seq)",
+        ylabel="projected step time (ms)",
+        title=f"{cfg.param_count() / 1e6:,.0f} M parameters on {n_devices} GPUs, "
+        f"{flops_per_s / 1e12:,.0f} TFLOP/s per GPU, {bytes_per_param:g} B/param on the wire",
+    )
+    ax.title.set_fontsize(10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, which="both", alpha=0.2)
+    return ax

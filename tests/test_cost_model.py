@@ -1,0 +1,124 @@
+"""Tests of helpers.cost_model: peaks, units, bytes, phase times, knees and the scaling-book rule.
+
+The formulas are checked against hand arithmetic here; tests/test_profile.py checks the
+unit counts against the bytes of steps XLA compiled.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from helpers import cost_model as cm
+from helpers.models import ModelConfig
+
+GPU = ModelConfig(d_model=4096, d_ff=16384, n_layers=4, n_classes=128, batch=8, seq=2048)
+H100 = 989e12
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "peak"),
+    [
+        ("NVIDIA H200", "H200 SXM", 989e12),
+        ("NVIDIA H200 NVL", "H200 NVL", 835e12),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989e12),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 756e12),
+        ("NVIDIA H100 NVL", "H100 NVL", 835e12),
+        ("NVIDIA A100-SXM4-80GB", "A100", 312e12),
+        ("NVIDIA A100-PCIE-40GB", "A100", 312e12),
+        ("NVIDIA L4", "L4", 121e12),
+        ("Tesla T4", "T4 (FP16 peak)", 65e12),
+    ],
+)
+def test_peak_table_matches_device_kinds(kind, name, peak):
+    assert cm.peak_flops(kind) == (name, peak)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "TPU v5 lite"])
+def test_unknown_devices_have_no_peak(kind):
+    assert cm.peak_flops(kind) is None
+
+
+def test_bandwidths_are_one_way_halves_of_the_datasheet_totals():
+    assert cm.INTERCONNECTS["NVLink 4 (H100/H200 SXM)"] * 2 == 900e9
+    assert cm.INTERCONNECTS["NVLink 3 (A100 SXM)"] * 2 == 600e9
+    assert cm.PCIE5_X16 * 2 == 128e9 and cm.PCIE4_X16 * 2 == 64e9
+
+
+def test_flops_per_token_splits_six_into_two_and_four_and_remat_adds_two():
+    matmul_params = 4 * 2 * 4096 * 16384 + 4096 * 128
+    assert cm.flops_per_token(GPU) == (2 * matmul_params, 4 * matmul_params)
+    assert cm.flops_per_token(GPU).total * GPU.batch * GPU.seq == GPU.train_flops_per_step()
+    assert cm.flops_per_token(GPU, remat=True) == (2 * matmul_params, 6 * matmul_params)
+    # Per token: the batch does not matter.
+    assert cm.flops_per_token(dataclasses.replace(GPU, batch=1)) == cm.flops_per_token(GPU)
+
+
+def test_units_per_strategy_phase_remat_and_backend():
+    assert cm.comm_units("dp") == (0, 2)
+    assert cm.comm_units("dp", remat=True, reduce_scatter=False) == (0, 2)  # DP gathers nothing
+    assert cm.comm_units("fsdp") == (1, 1)  # gather once, reduce-scatter
+    assert cm.comm_units("fsdp", remat=True) == (1, 2)  # gathered again for the backward pass
+    assert cm.comm_units("fsdp", reduce_scatter=False) == (1, 2)  # XLA:CPU all-reduces
+    assert cm.comm_units("fsdp", remat=True, reduce_scatter=False).total == 4
+    assert cm.comm_units("fsdp_all") == cm.comm_units("fsdp")
+    with pytest.raises(ValueError, match="no cost model for strategy='tp'"):
+        cm.comm_units("tp")
+
+
+def test_comm_bytes_and_time_are_units_of_a_ring_all_gather():
+    assert cm.comm_bytes("dp", 1000, 4, bytes_per_param=2) == (0, 2 * 1000 * 2 * 0.75)
+    assert cm.comm_bytes("fsdp", 1000, 4, 2, remat=True) == (1500, 3000)
+    assert cm.comm_bytes("fsdp", 1000, 1).total == 0  # one device sends nothing
+    assert cm.comm_bytes("fsdp", 1000, 4).total == 2 * cm.comm_bytes("fsdp", 1000, 4, 2).total
+    t = cm.comm_time("fsdp", 10**9, 8, 450e9, 2)
+    assert t.forward == pytest.approx(2e9 * 7 / 8 / 450e9) and t.backward == t.forward
+
+
+def test_step_cost_overlaps_within_each_phase_only():
+    c = cm.step_cost(GPU, "dp", 8, H100, cm.NVLINK4, 2)
+    tokens = GPU.batch * GPU.seq
+    assert c.compute.total == pytest.approx(GPU.train_flops_per_step() / H100)
+    assert c.compute.forward == pytest.approx(tokens * cm.flops_per_token(GPU).forward / H100)
+    assert c.comm == cm.comm_time("dp", GPU.param_count(), 8, cm.NVLINK4, 2)
+    assert c.compute_bound and c.step_s == pytest.approx(c.compute.total)
+    assert c.serial_s == pytest.approx(c.compute.total + c.comm.total)
+    # Few tokens: DP's all-reduce cannot hide behind the forward pass.
+    small = cm.step_cost(GPU, "dp", 8, H100, cm.PCIE4_X16, 2, tokens=256)
+    assert not small.compute_bound
+    assert small.step_s == pytest.approx(small.compute.forward + small.comm.backward)
+    # tokens may be an array: one step per entry.
+    many = cm.step_cost(GPU, "fsdp", 8, H100, cm.NVLINK4, 2, tokens=np.array([256, 65536]))
+    assert many.step_s.shape == (2,) and list(many.compute_bound) == [False, True]
+
+
+def test_the_knee_is_c_over_w_for_dp_fsdp_and_remat_alike():
+    c_over_w = cm.compute_bound_tokens(H100, cm.NVLINK4)
+    assert c_over_w == pytest.approx(2197.8, rel=1e-4)
+    ratio = GPU.param_count() / (GPU.train_flops_per_step() / (6 * GPU.batch * GPU.seq))
+    for strategy, remat in (("dp", False), ("fsdp", False), ("fsdp", True)):
+        k = cm.knee_tokens(GPU, strategy, 8, H100, cm.NVLINK4, 2, remat=remat)
+        assert k == pytest.approx(c_over_w * 7 / 8 * ratio)
+        below = cm.step_cost(GPU, strategy, 8, H100, cm.NVLINK4, 2, tokens=0.99 * k, remat=remat)
+        above = cm.step_cost(GPU, strategy, 8, H100, cm.NVLINK4, 2, tokens=1.01 * k, remat=remat)
+        assert above.compute_bound and not below.compute_bound
+    # f32 on the wire doubles it; the CPU backend's all-reduce keeps FSDP's knee (the
+    # backward pass then binds as tightly as the forward one).
+    k2 = cm.knee_tokens(GPU, "fsdp", 8, H100, cm.NVLINK4, 2)
+    assert cm.knee_tokens(GPU, "fsdp", 8, H100, cm.NVLINK4, 4) == pytest.approx(2 * k2)
+    assert cm.knee_tokens(GPU, "fsdp", 8, H100, cm.PCIE5_X16, 2) == pytest.approx(
+        k2 * cm.NVLINK4 / cm.PCIE5_X16
+    )
+
+
+def test_below_the_knee_fsdp_spreads_its_bytes_over_both_phases():
+    k = cm.knee_tokens(GPU, "dp", 8, H100, cm.NVLINK4, 2)
+    step = {
+        (s, r): cm.step_cost(GPU, s, 8, H100, cm.NVLINK4, 2, tokens=k / 4, remat=r).step_s
+        for s, r in (("dp", False), ("fsdp", False), ("fsdp", True))
+    }
+    assert step[("fsdp", False)] < step[("dp", False)] < step[("fsdp", True)]
+    # With no tokens at all, the step is all communication: 2, 2 and 3 units.
+    unit = GPU.param_count() * 2 * 7 / 8 / cm.NVLINK4
+    zero = cm.step_cost(GPU, "fsdp", 8, H100, cm.NVLINK4, 2, tokens=0.0, remat=True)
+    assert zero.step_s == pytest.approx(3 * unit)

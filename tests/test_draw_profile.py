@@ -1,0 +1,83 @@
+"""Tests of helpers.draw_profile: the profile's two figures draw what was measured and projected."""
+
+import dataclasses
+
+import matplotlib
+import numpy as np
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from helpers import cost_model as cm  # noqa: E402
+from helpers import profile  # noqa: E402
+from helpers.draw_profile import plot_projection, plot_results  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def results():
+    return profile.compare_strategies(
+        ("dp", "fsdp"), preset="tiny", steps=4, warmup=1, progress=False
+    )
+
+
+def test_plot_results_draws_every_step_and_the_memory(results, tmp_path):
+    fig = plot_results(results)
+    ax_t, ax_m = fig.axes
+    bars = [p.get_height() for p in ax_t.patches]
+    assert bars == pytest.approx([r.step_median_s * 1e3 for r in results])
+    dots = [c.get_offsets()[:, 1] for c in ax_t.collections]
+    for r, ys in zip(results, dots, strict=True):  # every timed step, in ms
+        assert sorted(ys) == pytest.approx(sorted(t * 1e3 for t in r.step_times_s))
+    notes = [t.get_text() for t in ax_t.texts]
+    assert notes == [
+        f"{r.step_median_s * 1e3:.1f} ms\nspread {profile.spread(r):.0%}" for r in results
+    ]
+    assert "noise" in ax_t.get_title()  # CPU devices: the panel says what it shows
+    assert [t.get_text() for t in ax_t.get_xticklabels()] == ["dp", "fsdp"]
+    stacked = [p.get_height() for p in ax_m.patches]  # arguments, then temporaries
+    assert stacked[:2] == pytest.approx([r.step_memory["argument"] / 2**20 for r in results])
+    assert "simulated" in fig.texts[0].get_text()
+    fig.savefig(tmp_path / "bars.png")
+    assert (tmp_path / "bars.png").stat().st_size > 1000
+    plt.close(fig)
+
+
+def test_plot_results_on_a_gpu_does_not_call_it_noise(results):
+    fake = [dataclasses.replace(r, platform="gpu", device_kind="NVIDIA H100") for r in results]
+    fig = plot_results(fake)
+    assert "noise" not in fig.axes[0].get_title() and "simulated" not in fig.texts[0].get_text()
+    plt.close(fig)
+
+
+def test_plot_projection_draws_the_cost_model_and_one_shared_knee():
+    cfg = profile.PRESETS["gpu"]
+    bws = {"NVLink": cm.NVLINK4, "PCIe": cm.PCIE5_X16}
+    ax = plot_projection(cfg, 8, 989e12, bws, bytes_per_param=2, scaling_book=2197.8)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    for want in ("compute alone", "compute alone, remat (8/6)", "dp, NVLink", "fsdp, NVLink",
+                 "fsdp + remat, NVLink", "dp, PCIe", "fsdp + remat, PCIe"):  # fmt: skip
+        assert want in lines, sorted(lines)
+    tokens = lines["fsdp, NVLink"].get_xdata()
+    step = cm.step_cost(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, tokens=tokens).step_s
+    assert lines["fsdp, NVLink"].get_ydata() == pytest.approx(step * 1e3)
+    # The three knees coincide: one dotted line for all of them, and the scaling book's.
+    knee = cm.knee_tokens(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2)
+    dotted = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert dotted == pytest.approx([knee])
+    labels = [t.get_text() for t in ax.texts]
+    assert f"knee (dp, fsdp, fsdp + remat): {knee:,.0f} tokens" in labels
+    assert "scaling book C/W: 2,198 tokens" in labels
+    assert ax.get_xscale() == "log" and "tokens per device" in ax.get_xlabel()
+    plt.close(ax.figure)
+
+
+def test_plot_projection_joins_cases_whose_lines_coincide():
+    cfg = profile.PRESETS["gpu"]
+    ax = plot_projection(
+        cfg, 8, 989e12, {"NVLink": cm.NVLINK4}, cases=(("fsdp", False), ("fsdp_all", False))
+    )
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "fsdp = fsdp_all, NVLink" in labels and "compute alone, remat (8/6)" not in labels
+    assert np.isfinite(ax.get_lines()[1].get_ydata()).all()
+    plt.close(ax.figure)
