@@ -12,6 +12,20 @@ from helpers.checkpoint import (
     paused_writes,
     saved_layout,
 )
+from helpers.collectives import (
+    HLO_NAME,
+    Block,
+    blocks_by_device,
+    bubble_fraction,
+    chunks_for,
+    expected_blocks,
+    gpipe_bubble,
+    gpipe_schedule,
+    hlo_op_sequence,
+    read_blocks,
+    ring_bytes,
+    tag_blocks,
+)
 from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
 from helpers.draw import (
     device_color,
@@ -20,6 +34,7 @@ from helpers.draw import (
     draw_sharding,
     draw_strategy_guide,
 )
+from helpers.draw_comm import draw_collective, draw_pipeline_schedule
 from helpers.lesson import check, expect_error
 from helpers.measure import (
     collective_stats,
@@ -51,6 +66,20 @@ __all__ = [
     "format_saved_layout",
     "paused_writes",
     "saved_layout",
+    "HLO_NAME",
+    "Block",
+    "blocks_by_device",
+    "bubble_fraction",
+    "chunks_for",
+    "draw_collective",
+    "draw_pipeline_schedule",
+    "expected_blocks",
+    "gpipe_bubble",
+    "gpipe_schedule",
+    "hlo_op_sequence",
+    "read_blocks",
+    "ring_bytes",
+    "tag_blocks",
     "LOGICAL_RULES",
     "STRATEGY_AXES",
     "FSDPChoice",

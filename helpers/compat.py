@@ -20,6 +20,7 @@ __all__ = [
     "auto_mesh",
     "backend_started",
     "cost_flops",
+    "pvary",
     "set_mesh",
 ]
 
@@ -92,3 +93,16 @@ def gloo_on_loopback(coordinator_is_loopback: Any) -> None:
         return xla_bridge.make_cpu_client(collectives=gloo)
 
     xla_bridge.register_backend_factory("cpu", make_cpu_client, priority=0, fail_quietly=False)
+
+
+def pvary(x: Any, axis_name: str | tuple[str, ...]) -> Any:
+    """Mark ``x`` as varying over ``axis_name`` inside ``jax.shard_map`` (``check_vma``).
+
+    The value is unchanged; only its type says "may differ per device", so that a loop
+    carry or a gradient can be varying from the start. jax 0.8 spells it
+    ``jax.lax.pvary(x, axis)``; newer jax ``jax.lax.pcast(x, axis, to="varying")``.
+    """
+    pcast = getattr(jax.lax, "pcast", None)
+    if pcast is not None:
+        return pcast(x, axis_name, to="varying")
+    return jax.lax.pvary(x, axis_name)  # pragma: no cover - older jax

@@ -211,6 +211,19 @@ def _group_size(attrs: str, num_partitions: int) -> int:
     return num_partitions
 
 
+def _moves_between_devices(attrs: str) -> bool:
+    """False for a collective-permute whose every pair sends a device's data to itself.
+
+    ``ppermute`` over an axis of size 1 compiles to ``source_target_pairs={{0,0}}``: the
+    op stays in the HLO, but nothing crosses a link. Without the attribute, assume it moves.
+    """
+    m = re.search(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}", attrs)
+    if not m:
+        return True
+    pairs = re.findall(r"\{(\d+),(\d+)\}", m.group(1))
+    return any(a != b for a, b in pairs)
+
+
 def _hlo_text(compiled_or_text: Any) -> str:
     if isinstance(compiled_or_text, str):
         text = compiled_or_text
@@ -244,7 +257,9 @@ def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
         around collectives, so a bf16 array counts 4 bytes per element there);
       ``sent_per_device`` / ``received_per_device``: bytes each device sends / receives
       with a bandwidth-optimal ring algorithm (all-reduce ``2·S·(n-1)/n``, all-gather and
-      reduce-scatter ``S·(n-1)/n`` for a full size ``S`` over a group of ``n``).
+      reduce-scatter ``S·(n-1)/n`` for a full size ``S`` over a group of ``n``; a
+      collective-permute ``S`` for the busiest device, 0 when every pair is a device
+      sending to itself, as ``ppermute`` on a one-device axis compiles).
     Ops inside a loop body are counted once, as written, not once per iteration.
     Accepts the compiled object (``jax.jit(f).lower(...).compile()``) or its ``as_text()``.
 
@@ -300,7 +315,7 @@ def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
             if kind == "all-reduce":
                 moved = 2 * full * (n - 1) / n
             elif kind == "collective-permute":
-                moved = full
+                moved = full if _moves_between_devices(op_attrs) else 0.0
             else:
                 moved = full * (n - 1) / n
             entry["bytes"] += full

@@ -139,3 +139,23 @@ def test_step_memory_fields(mesh):
     assert mem["argument"] == (64 * 128 * 4) // 8 + (32 * 64 * 4) // 8
     assert mem["output"] == (64 * 128 * 4) // 8
     assert mem["total"] == mem["argument"] + mem["output"] + mem["temp"] - mem["alias"]
+
+
+def test_collective_permute_to_itself_moves_nothing():
+    text = HLO_ASYNC.replace("source_target_pairs={{0,1},{1,0}}", "source_target_pairs={{0,0}}")
+    cp = collective_stats(text)["collective-permute"]
+    assert cp["ops"] == 1 and cp["bytes"] == 32  # the op is there ...
+    assert cp["sent_per_device"] == 0  # ... but nothing leaves the device
+    # A ppermute over a one-device axis compiles to exactly that.
+    one = make_mesh((1,), ("x",))
+    f = jax.shard_map(lambda b: jax.lax.ppermute(b, "x", [(0, 0)]), mesh=one, in_specs=P("x"),
+                      out_specs=P("x"))  # fmt: skip
+    stats = collective_stats(jax.jit(f).lower(jnp.ones((4, 2))).compile())
+    assert stats.get("collective-permute", {"sent_per_device": 0})["sent_per_device"] == 0
+    # Eight devices in a ring: each sends its 4 x 2 float32 block once.
+    ring = jax.shard_map(
+        lambda b: jax.lax.ppermute(b, "data", [(d, (d + 1) % 8) for d in range(8)]),
+        mesh=make_mesh((8,), ("data",)), in_specs=P("data"), out_specs=P("data"),
+    )  # fmt: skip
+    stats = collective_stats(jax.jit(ring).lower(jnp.ones((32, 2))).compile())
+    assert stats["collective-permute"]["sent_per_device"] == 4 * 2 * 4

@@ -1,0 +1,214 @@
+"""Figures of communication: a collective's before and after, and a pipeline's schedule.
+
+They keep the series' one rule: device ``d`` has the colour ``device_color(d)`` in every
+figure. In ``draw_collective`` a block is coloured by the device it came from (a sum of
+several devices' blocks gets stripes of all their colours, as ``draw_sharding`` draws a
+block held by several devices); in ``draw_pipeline_schedule`` a cell is coloured by the
+device of the stage that works in it.
+
+Both follow matplotlib's advice for plotting helpers: they take ``ax``/``axes`` (or make
+a figure), return what they drew on and never call ``plt.show()``. Nothing here runs a
+collective: the blocks come from ``helpers.collectives`` (``blocks_by_device`` reads them
+off a real array, ``expected_blocks`` from the definition), the schedules from a run or
+from ``gpipe_schedule``.
+
+Artists carry ``gid`` strings that tests (and curious readers) can check:
+``"block:panel=<before|after>:device=<d>:slot=<k>:chunk=<c>:sources=<s0,s1,...>"`` and
+``"cell:stage=<s>:tick=<t>:micro=<m>"`` (``micro=-1`` for an idle cell).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from helpers.collectives import Block, bubble_fraction
+from helpers.draw import (
+    _axes_size_pt,
+    _diagonal_stripes,
+    _new_figure,
+    _text_color,
+    device_color,
+)
+
+__all__ = ["draw_collective", "draw_pipeline_schedule"]
+
+Layout = Mapping[int, Sequence[Block]]
+
+
+def _check_layout(layout: Any, name: str) -> dict[int, tuple[Block, ...]]:
+    if not isinstance(layout, Mapping) or not layout:
+        raise ValueError(
+            f"draw_collective: {name} must be a non-empty dict device id -> blocks, as "
+            f"blocks_by_device or expected_blocks return; got {type(layout).__name__}."
+        )
+    out = {}
+    for d, blocks in layout.items():
+        if not all(isinstance(b, Block) for b in blocks):
+            raise ValueError(f"draw_collective: {name}[{d}] must hold Block objects only.")
+        out[int(d)] = tuple(blocks)
+    return out
+
+
+def _draw_layout(
+    ax: Axes, layout: dict[int, tuple[Block, ...]], panel: str, title: str, n: int, width: int
+) -> None:
+    devices = sorted(layout)
+    rows = len(devices)
+    ax.set_xlim(-1.9, width + 0.1)
+    ax.set_ylim(rows + 0.05, -0.05)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    w_pt, _ = _axes_size_pt(ax)
+    cell_pt = w_pt / (width + 2.0)
+    size = float(np.clip(cell_pt * 0.34, 5.5, 12.0))
+    for r, d in enumerate(devices):
+        face = device_color(d)
+        ax.add_patch(
+            Rectangle((-1.85, r + 0.08), 1.65, 0.84, facecolor=face, edgecolor="white",
+                      gid=f"device:{d}")
+        )  # fmt: skip
+        ax.text(-1.025, r + 0.5, f"dev {d}", ha="center", va="center", fontsize=size,
+                fontweight="bold", color=_text_color(face))  # fmt: skip
+        for k, b in enumerate(layout[d]):
+            gid = (
+                f"block:panel={panel}:device={d}:slot={k}:chunk={b.chunk}:"
+                f"sources={','.join(map(str, b.sources))}"
+            )
+            x0, y0, w, h = k + 0.06, r + 0.08, 0.88, 0.84
+            if len(b.sources) == 1:
+                face = device_color(b.sources[0])
+                ax.add_patch(Rectangle((x0, y0), w, h, facecolor=face, edgecolor="white", gid=gid))
+                ink, box = _text_color(face), None
+            else:
+                outline = Rectangle((x0, y0), w, h, facecolor="none", edgecolor="0.35",
+                                    linewidth=0.8, zorder=1.5, gid=gid)  # fmt: skip
+                ax.add_patch(outline)
+                _diagonal_stripes(ax, outline, (x0, y0, w, h), list(b.sources), cell_pt,
+                                  cell_pt, width_pt=max(2.0, cell_pt / 8))  # fmt: skip
+                ink = "black"
+                box = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "0.5",
+                       "alpha": 0.95}  # fmt: skip
+            label = b.label(n)
+            fs = size if len(label) <= 3 else size * 3.2 / len(label)
+            ax.text(x0 + w / 2, y0 + h / 2, label, ha="center", va="center", fontsize=fs,
+                    fontweight="bold", color=ink, bbox=box, gid=f"label:{label}")  # fmt: skip
+    ax.set_title(title, fontsize=11)
+
+
+def draw_collective(
+    before: Layout,
+    after: Layout,
+    *,
+    title: str | None = None,
+    n_devices: int | None = None,
+    axes: Sequence[Axes] | None = None,
+) -> Figure:
+    """Which device holds which block, before (left) and after (right) a collective.
+
+    One row per device; each square is one block, labelled ``a3`` (chunk a of device 3,
+    in device 3's colour) or ``Σa`` (chunk a summed over all devices, in stripes of their
+    colours); ``a0+1`` or ``a0..4`` is a partial sum.
+
+    Args:
+      before, after: device id -> its blocks, as ``blocks_by_device`` (read off a real
+        array) or ``expected_blocks`` (the definition) return.
+      title: the figure's title, e.g. the collective and its one-line definition.
+      n_devices: how many devices "all" is, for the ``Σ`` label (default: the rows).
+      axes: two Axes to draw on; a new figure is made when ``None``.
+
+    Returns:
+      The Figure. Blocks are ``Rectangle`` patches with a ``gid`` (see the module doc).
+    """
+    b = _check_layout(before, "before")
+    a = _check_layout(after, "after")
+    n = len(b) if n_devices is None else int(n_devices)
+    width = max(1, max(len(v) for v in (*b.values(), *a.values())))
+    if axes is None:
+        rows = max(len(b), len(a))
+        fig = _new_figure((min(15.0, 1.6 + 0.62 * 2 * (width + 2)), 1.3 + 0.58 * rows))
+        ax_b, ax_a = fig.subplots(1, 2)
+    else:
+        if len(axes) != 2:
+            raise ValueError(f"draw_collective: axes must be two Axes, got {len(axes)}.")
+        ax_b, ax_a = axes
+        fig = ax_b.figure
+    _draw_layout(ax_b, b, "before", "before", n, width)
+    _draw_layout(ax_a, a, "after", "after", n, width)
+    if title:
+        fig.suptitle(title, fontsize=12)
+    return fig
+
+
+def draw_pipeline_schedule(
+    schedule: Any,
+    *,
+    title: str | None = None,
+    stage_devices: Sequence[int] | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """A pipeline's schedule: one row per stage, one column per tick.
+
+    A busy cell has its stage's device colour and the micro-batch's number; an idle cell
+    (the bubble) is pale grey. The title gives the bubble fraction unless ``title`` is set.
+
+    Args:
+      schedule: ``(stages, ticks)`` ints, the micro-batch each stage works on at each
+        tick or ``-1`` when it idles (``gpipe_schedule``, or what a run recorded).
+      stage_devices: the device of each stage (default: stage ``s`` on device ``s``).
+      ax: the Axes to draw on; a new figure is made when ``None``.
+    """
+    a = np.asarray(schedule)
+    if a.ndim != 2 or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(
+            "draw_pipeline_schedule: schedule must be a 2-D integer (stages, ticks) array "
+            f"(micro-batch or -1); got shape {a.shape}, dtype {a.dtype}."
+        )
+    stages, ticks = a.shape
+    devs = list(range(stages)) if stage_devices is None else [int(d) for d in stage_devices]
+    if len(devs) != stages:
+        raise ValueError(
+            f"draw_pipeline_schedule: stage_devices has {len(devs)} entries for {stages} stages."
+        )
+    if ax is None:
+        ax = _new_figure((min(15.0, 1.8 + 0.36 * ticks), 1.2 + 0.42 * stages)).add_subplot()
+    ax.set_xlim(0, ticks)
+    ax.set_ylim(stages, 0)
+    w_pt, h_pt = _axes_size_pt(ax)
+    cell = min(w_pt / ticks, h_pt / stages)
+    size = float(np.clip(cell * 0.42, 4.5, 10.0))
+    for s in range(stages):
+        for t in range(ticks):
+            m = int(a[s, t])
+            gid = f"cell:stage={s}:tick={t}:micro={m}"
+            if m < 0:
+                ax.add_patch(Rectangle((t, s), 1, 1, facecolor="0.93", edgecolor="white",
+                                       linewidth=0.8, gid=gid))  # fmt: skip
+                continue
+            face = device_color(devs[s])
+            ax.add_patch(Rectangle((t, s), 1, 1, facecolor=face, edgecolor="white",
+                                   linewidth=0.8, gid=gid))  # fmt: skip
+            ax.text(t + 0.5, s + 0.5, str(m), ha="center", va="center", fontsize=size,
+                    color=_text_color(face), fontweight="bold")  # fmt: skip
+    ax.set_yticks([s + 0.5 for s in range(stages)])
+    ax.set_yticklabels([f"stage {s} (dev {d})" for s, d in enumerate(devs)], fontsize=8.5)
+    step = max(1, int(np.ceil(ticks / 20)))
+    ax.set_xticks([t + 0.5 for t in range(0, ticks, step)])
+    ax.set_xticklabels([str(t) for t in range(0, ticks, step)], fontsize=8)
+    ax.set_xlabel("tick (one block of work per stage)", fontsize=9)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    n_micro = int(a.max()) + 1 if (a >= 0).any() else 0
+    ax.set_title(
+        title
+        or f"{stages} stages, {n_micro} micro-batches (the number in each cell): bubble "
+        f"{bubble_fraction(a):.1%} (grey: idle)",
+        fontsize=10.5,
+    )
+    return ax
