@@ -8,20 +8,47 @@ notebooks and the other helpers modules never test versions themselves.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import jax
+from jax._src.core import ShardingTypeError
 from jax.sharding import AxisType, Mesh
+
+# flax 0.12.0 looks up `jax.array_ref` and `jax.ArrayRef` while `flax.nnx` is imported,
+# and jax 0.8.0 deprecates both names. Where deprecation warnings from jax and flax are
+# errors (this series' kernels and tests), a learner's plain `from flax import nnx` would
+# then fail on that pair of versions, for a lookup inside flax. So `flax.nnx` is imported
+# here once, with exactly those two warnings silenced, before any notebook imports it
+# (the setup cell imports helpers first); later imports find it already loaded. Newer
+# flax does not look these names up, and the import below warns about nothing.
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore", message=r"jax\.(array_ref|ArrayRef) is deprecated", category=DeprecationWarning
+    )
+    from flax import nnx
 
 __all__ = [
     "AxisType",
+    "ShardingTypeError",
     "gloo_on_loopback",
     "auto_mesh",
     "backend_started",
     "cost_flops",
+    "is_nnx_variable",
     "set_mesh",
 ]
+
+
+# `ShardingTypeError` (imported above) is what JAX raises for a result whose sharding its
+# "sharding in types" rules cannot decide on Explicit mesh axes; jax 0.8-0.12 export it
+# under no public name.
+
+
+def is_nnx_variable(x: Any) -> bool:
+    """True for an ``nnx.Variable`` (``nnx.Param``, an optimizer's state, an RNG key, ...)."""
+    return isinstance(x, nnx.Variable)
 
 
 def backend_started() -> bool:
