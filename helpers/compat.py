@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -37,6 +37,7 @@ __all__ = [
     "backend_started",
     "cost_flops",
     "is_nnx_variable",
+    "nnx_sharding_names",
     "set_mesh",
 ]
 
@@ -49,6 +50,20 @@ __all__ = [
 def is_nnx_variable(x: Any) -> bool:
     """True for an ``nnx.Variable`` (``nnx.Param``, an optimizer's state, an RNG key, ...)."""
     return isinstance(x, nnx.Variable)
+
+
+def nnx_sharding_names(metadata: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The sharding annotation in an ``nnx.Variable``'s metadata (``variable.get_metadata()``,
+    or a bridged Linen box's ``.metadata``), or None if it has none.
+
+    ``nnx.with_partitioning(init, names)`` stores ``names`` under ``out_sharding`` since
+    flax 0.12.4, and under ``sharding_names`` before.
+    """
+    for key in ("out_sharding", "sharding_names"):
+        names = metadata.get(key)
+        if names is not None:
+            return tuple(names)
+    return None
 
 
 def backend_started() -> bool:

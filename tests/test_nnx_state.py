@@ -33,6 +33,7 @@ from helpers import (
     planned_bytes_per_device,
     sharding_table,
 )
+from helpers.compat import nnx_sharding_names
 from helpers.sharding import leaves_with_paths, sharding_of
 
 KERNEL, BIAS = (64, 32), (32,)
@@ -160,3 +161,9 @@ def test_a_variable_holding_a_tree_names_its_arrays(mesh):
     assert [name for name, _ in pairs] == ["moments/a", "moments/b", "plain"]
     shape, sharding = sharding_of(dict(pairs)["moments/b"])
     assert shape == (16,) and sharding.spec == P("data")
+
+
+def test_sharding_names_read_from_metadata_whatever_the_flax(model):
+    assert nnx_sharding_names(model.dense.kernel.get_metadata()) == ("data", None)
+    assert nnx_sharding_names(model.out.kernel.get_metadata()) is None  # not annotated
+    assert nnx_sharding_names({"sharding_names": ("a",)}) == ("a",)  # flax < 0.12.4
