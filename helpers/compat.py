@@ -13,6 +13,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
+
+# What JAX raises for a result whose sharding its "sharding in types" rules cannot decide
+# on Explicit mesh axes; jax 0.8-0.12 export it under no public name.
 from jax._src.core import ShardingTypeError
 from jax.sharding import AxisType, Mesh
 
@@ -21,8 +24,9 @@ from jax.sharding import AxisType, Mesh
 # errors (this series' kernels and tests), a learner's plain `from flax import nnx` would
 # then fail on that pair of versions, for a lookup inside flax. So `flax.nnx` is imported
 # here once, with exactly those two warnings silenced, before any notebook imports it
-# (the setup cell imports helpers first); later imports find it already loaded. Newer
-# flax does not look these names up, and the import below warns about nothing.
+# (the setup cell imports helpers first); later imports find it already loaded. With the
+# other version pairs the series tests (jax 0.10.2 / flax 0.12.8, jax 0.12.0.1 / flax
+# 0.12.12), the import warns about nothing and the filter changes nothing.
 with warnings.catch_warnings():
     warnings.filterwarnings(
         "ignore", message=r"jax\.(array_ref|ArrayRef) is deprecated", category=DeprecationWarning
@@ -40,11 +44,6 @@ __all__ = [
     "nnx_sharding_names",
     "set_mesh",
 ]
-
-
-# `ShardingTypeError` (imported above) is what JAX raises for a result whose sharding its
-# "sharding in types" rules cannot decide on Explicit mesh axes; jax 0.8-0.12 export it
-# under no public name.
 
 
 def is_nnx_variable(x: Any) -> bool:
