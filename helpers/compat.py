@@ -8,21 +8,62 @@ notebooks and the other helpers modules never test versions themselves.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
+
+# What JAX raises for a result whose sharding its "sharding in types" rules cannot decide
+# on Explicit mesh axes; jax 0.8-0.12 export it under no public name.
+from jax._src.core import ShardingTypeError
 from jax.sharding import AxisType, Mesh
+
+# flax 0.12.0 looks up `jax.array_ref` and `jax.ArrayRef` while `flax.nnx` is imported,
+# and jax 0.8.0 deprecates both names. Where deprecation warnings from jax and flax are
+# errors (this series' kernels and tests), a learner's plain `from flax import nnx` would
+# then fail on that pair of versions, for a lookup inside flax. So `flax.nnx` is imported
+# here once, with exactly those two warnings silenced, before any notebook imports it
+# (the setup cell imports helpers first); later imports find it already loaded. With the
+# other version pairs the series tests (jax 0.10.2 / flax 0.12.8, jax 0.12.0.1 / flax
+# 0.12.12), the import warns about nothing and the filter changes nothing.
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore", message=r"jax\.(array_ref|ArrayRef) is deprecated", category=DeprecationWarning
+    )
+    from flax import nnx
 
 __all__ = [
     "AxisType",
+    "ShardingTypeError",
     "gloo_on_loopback",
     "auto_mesh",
     "backend_started",
     "cost_flops",
     "pvary",
+    "is_nnx_variable",
+    "nnx_sharding_names",
     "set_mesh",
 ]
+
+
+def is_nnx_variable(x: Any) -> bool:
+    """True for an ``nnx.Variable`` (``nnx.Param``, an optimizer's state, an RNG key, ...)."""
+    return isinstance(x, nnx.Variable)
+
+
+def nnx_sharding_names(metadata: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The sharding annotation in an ``nnx.Variable``'s metadata (``variable.get_metadata()``,
+    or a bridged Linen box's ``.metadata``), or None if it has none.
+
+    ``nnx.with_partitioning(init, names)`` stores ``names`` under ``out_sharding`` since
+    flax 0.12.4, and under ``sharding_names`` before.
+    """
+    for key in ("out_sharding", "sharding_names"):
+        names = metadata.get(key)
+        if names is not None:
+            return tuple(names)
+    return None
 
 
 def backend_started() -> bool:

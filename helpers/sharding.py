@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec, Sharding
+
+from helpers import compat
 
 P = PartitionSpec
 
@@ -47,12 +49,29 @@ def _shape_of(leaf: Any, where: str) -> tuple[int, ...]:
 
 
 def leaves_with_paths(tree: Any, what: str) -> list[tuple[str, Any]]:
-    """Flatten ``tree`` into ``(path, leaf)`` pairs, checking every leaf is array-like."""
+    """Flatten ``tree`` into ``(path, leaf)`` pairs, checking every leaf is array-like.
+
+    Flax NNX trees work as they are: ``nnx.state(model)`` (placed, or abstract from
+    ``nnx.get_abstract_model``), an optimizer's state, a plain dict of ``nnx.Variable`` s.
+    A Variable counts as the array it holds, named by the Variable's own path:
+    ``block_0/up/kernel``, not ``block_0/up/kernel/value``.
+    """
     out = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        name = path_str(path) or "<root>"
-        _shape_of(leaf, f"{what}: parameter '{name}'")
-        out.append((name, leaf))
+    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=compat.is_nnx_variable)[0]
+    for path, leaf in flat:
+        if compat.is_nnx_variable(leaf):
+            inner = jax.tree_util.tree_flatten_with_path(leaf)[0]
+            if len(inner) == 1:  # the usual case: one array, named like its Variable
+                inner = [((), inner[0][1])]
+            else:  # a Variable holding a pytree: name its arrays below the Variable
+                inner = [(sub[1:], value) for sub, value in inner]
+            pairs = [(path + sub, value) for sub, value in inner]
+        else:
+            pairs = [(path, leaf)]
+        for full_path, value in pairs:
+            name = path_str(full_path) or "<root>"
+            _shape_of(value, f"{what}: parameter '{name}'")
+            out.append((name, value))
     return out
 
 
@@ -306,7 +325,15 @@ def sharding_of(x: Any, where: str = "array") -> tuple[tuple[int, ...], Sharding
     if not isinstance(sharding, Sharding):
         raise ValueError(
             f"{where} (shape {shape}) has no sharding. Pass a placed jax.Array, a "
-            "jax.ShapeDtypeStruct with sharding=..., or a (shape, sharding) pair."
+            "jax.ShapeDtypeStruct with sharding=... (for an NNX model: "
+            "nnx.get_abstract_model(init, mesh)), or a (shape, sharding) pair."
+        )
+    if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, AbstractMesh):
+        raise ValueError(
+            f"{where} (shape {shape}) has sharding {sharding.spec} on an AbstractMesh, which "
+            "names no devices (jax.eval_shape and nnx.eval_shape give such shardings under "
+            "jax.set_mesh). Give it a concrete mesh: nnx.get_abstract_model(init, mesh), or a "
+            "jax.ShapeDtypeStruct with sharding=NamedSharding(mesh, spec)."
         )
     return shape, sharding
 
