@@ -4,9 +4,11 @@ Notebook 07 writes the five collectives of ``jax.lax`` out by hand inside ``jax.
 and checks them three ways; this module holds the parts that are not the lesson itself:
 
 - **Blocks you can read back.** ``tag_blocks`` makes an array whose rows say where they
-  came from: device ``d``'s chunk ``c`` is the row ``(2**d, c)``. Sums stay readable: a
-  row that adds chunk ``c`` of several devices holds ``(sum of 2**d, c * count)``, so
-  ``read_blocks`` recovers the chunk and the set of devices that went into it.
+  came from: device ``d``'s chunk ``c`` is a row of ``n`` numbers, all 0 but ``c + 1`` in
+  column ``d``. Sums stay readable: each device adds into its own column, so
+  ``read_blocks`` recovers the chunk and the set of devices that went into it, and
+  refuses a row that adds different chunks (``(1, 2, 3)`` is chunk a of device 0, b of
+  device 1 and c of device 2: a wrong sum, whatever its total).
   ``blocks_by_device`` reads every device's rows from the shards of a real array.
 - **The textbook answer.** ``expected_blocks`` says, from the definition alone, which
   blocks each device holds before and after each collective, to compare with what ran.
@@ -54,7 +56,7 @@ HLO_NAME = {
     "ppermute": "collective-permute",
     "all_to_all": "all-to-all",
 }
-_MAX_DEVICES = 24  # 2**d stays exact in float32 up to here
+_MAX_DEVICES = 256  # rows are n_devices wide: a bound on what a demo allocates
 
 
 def _check_collective(collective: str, where: str) -> None:
@@ -66,10 +68,7 @@ def _check_count(n_devices: Any, where: str, name: str = "n_devices") -> int:
     if isinstance(n_devices, bool) or not isinstance(n_devices, (int, np.integer)):
         raise ValueError(f"{where}: {name}={n_devices!r} must be a whole number of devices.")
     if not 1 <= n_devices <= _MAX_DEVICES:
-        raise ValueError(
-            f"{where}: {name}={n_devices} must be between 1 and {_MAX_DEVICES} "
-            "(a device's tag 2**d must stay exact in float32)."
-        )
+        raise ValueError(f"{where}: {name}={n_devices} must be between 1 and {_MAX_DEVICES}.")
     return int(n_devices)
 
 
@@ -121,46 +120,54 @@ def chunks_for(collective: str, n_devices: int) -> int:
 
 
 def tag_blocks(n_devices: int, chunks: int) -> np.ndarray:
-    """A ``(n_devices * chunks, 2)`` float32 array; device ``d``'s chunk ``c`` is ``(2**d, c)``.
+    """A ``(n_devices * chunks, n_devices)`` float32 array of tags.
 
+    Device ``d``'s chunk ``c`` is the row that is 0 everywhere but ``c + 1`` in column ``d``.
     Split over a mesh axis of ``n_devices`` (``PartitionSpec(axis)``), device ``d`` holds
     rows ``d * chunks ... (d + 1) * chunks - 1``: its own ``chunks`` chunks.
     """
     n = _check_count(n_devices, "tag_blocks")
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
         raise ValueError(f"tag_blocks: chunks={chunks!r} must be a positive whole number.")
-    rows = [(2.0**d, float(c)) for d in range(n) for c in range(int(chunks))]
-    return np.asarray(rows, dtype=np.float32)
+    rows = np.zeros((n * int(chunks), n), dtype=np.float32)
+    for d in range(n):
+        for c in range(int(chunks)):
+            rows[d * int(chunks) + c, d] = c + 1
+    return rows
 
 
 def read_blocks(rows: Any) -> tuple[Block, ...]:
-    """The ``Block`` of every row of tagged data (shape ``(k, 2)``), in row order.
+    """The ``Block`` of every row of tagged data (shape ``(k, n_devices)``), in row order.
+
+    A row's non-zero columns are the devices that went into it; each holds its chunk + 1.
 
     Raises:
-      ValueError: ``rows`` is not ``(k, 2)``, or a row is not a sum of tags (its first
-        column is not a positive whole number, or its second is not ``chunk * count``).
+      ValueError: ``rows`` is not 2-D, or a row is not a sum of one chunk's tags: no
+        non-zero column, a value that is not a positive whole number, or columns that
+        hold different chunks (a sum that mixed chunks, whatever its total).
     """
     a = np.asarray(rows, dtype=np.float64)
-    if a.ndim != 2 or a.shape[1] != 2:
+    if a.ndim != 2 or a.shape[1] < 1:
         raise ValueError(
-            f"read_blocks: rows must have shape (k, 2) as tag_blocks makes them; got {a.shape}."
+            f"read_blocks: rows must be 2-D (k, n_devices) as tag_blocks makes them; got {a.shape}."
         )
     out = []
-    for i, (mask_f, chunk_sum) in enumerate(a):
-        mask = int(round(mask_f))
-        if mask < 1 or abs(mask - mask_f) > 1e-3:
+    for i, row in enumerate(a):
+        sources = tuple(int(d) for d in np.flatnonzero(np.abs(row) > 1e-3))
+        values = row[list(sources)]
+        shown = "(" + ", ".join(f"{v:g}" for v in row) + ")"
+        if not sources or np.any(np.abs(values - np.round(values)) > 1e-3) or np.any(values < 1):
             raise ValueError(
-                f"read_blocks: row {i} = ({mask_f:g}, {chunk_sum:g}) is not tagged data: "
-                "its first column must be a sum of distinct powers of two."
+                f"read_blocks: row {i} = {shown} is not tagged data: its non-zero columns "
+                "must hold chunk + 1, a positive whole number."
             )
-        sources = tuple(d for d in range(mask.bit_length()) if mask >> d & 1)
-        chunk = chunk_sum / len(sources)
-        if abs(chunk - round(chunk)) > 1e-3 or chunk < -1e-3:
+        chunks = {int(round(v)) - 1 for v in values}
+        if len(chunks) != 1:
             raise ValueError(
-                f"read_blocks: row {i} = ({mask_f:g}, {chunk_sum:g}) adds {len(sources)} "
-                "tags whose chunks differ: a sum of tagged data must add the same chunk."
+                f"read_blocks: row {i} = {shown} adds different chunks of devices "
+                f"{list(sources)}: a sum of tagged data must add one chunk."
             )
-        out.append(Block(int(round(chunk)), sources))
+        out.append(Block(chunks.pop(), sources))
     return tuple(out)
 
 

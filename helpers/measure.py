@@ -126,7 +126,9 @@ _COMPILE_HINT = (
 
 
 def _describe(obj: Any) -> str:
-    if isinstance(obj, jax.stages.Lowered):
+    if isinstance(obj, jax.stages.Lowered) or isinstance(
+        getattr(obj, "lowered", None), jax.stages.Lowered
+    ):
         return (
             "a Lowered object (jax.jit(f).lower(...)): its module is not partitioned yet, so it "
             "has no collectives and no per-device memory to read. Call .compile() on it first"
@@ -140,6 +142,9 @@ def _compiled(obj: Any, where: str) -> Any:
     """``obj`` if it is a compiled executable, else the series' error saying what to pass."""
     if isinstance(obj, jax.stages.Compiled):
         return obj
+    inner = getattr(obj, "compiled", None)  # flax's nnx.jit(...).lower(...).compile() wraps one
+    if isinstance(inner, jax.stages.Compiled):
+        return inner
     raise TypeError(f"{where}: got {_describe(obj)}. {_COMPILE_HINT}")
 
 

@@ -44,8 +44,8 @@ PROGRAMS = {
 
 def test_tag_rows_say_device_and_chunk():
     t = tag_blocks(3, 2)
-    assert t.shape == (6, 2) and t.dtype == np.float32
-    assert t.tolist() == [[1, 0], [1, 1], [2, 0], [2, 1], [4, 0], [4, 1]]
+    assert t.shape == (6, 3) and t.dtype == np.float32
+    assert t.tolist() == [[1, 0, 0], [2, 0, 0], [0, 1, 0], [0, 2, 0], [0, 0, 1], [0, 0, 2]]
     assert read_blocks(t) == (
         Block(0, (0,)), Block(1, (0,)), Block(0, (1,)), Block(1, (1,)), Block(0, (2,)),
         Block(1, (2,)),
@@ -62,12 +62,15 @@ def test_sums_of_tags_read_back_as_sets_of_devices():
 
 
 def test_read_blocks_rejects_what_is_not_tagged():
-    with pytest.raises(ValueError, match=r"shape \(k, 2\)"):
+    with pytest.raises(ValueError, match=r"2-D \(k, n_devices\)"):
         read_blocks(np.zeros((3,)))
     with pytest.raises(ValueError, match="row 0"):
         read_blocks(np.array([[0.0, 0.0]]))  # no device
-    with pytest.raises(ValueError, match="chunks differ"):
-        read_blocks(np.array([[3.0, 1.0]]))  # chunk 0 of one device + chunk 1 of another
+    with pytest.raises(ValueError, match="adds different chunks"):
+        read_blocks(np.array([[1.0, 2.0]]))  # chunk 0 of one device + chunk 1 of another
+    with pytest.raises(ValueError, match="adds different chunks"):
+        # a, b and c of devices 0, 1, 2: the total of a correct sum of chunk b, yet wrong
+        read_blocks(np.array([[1.0, 2.0, 3.0]]))
 
 
 @pytest.mark.parametrize("name", COLLECTIVES)

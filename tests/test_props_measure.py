@@ -214,3 +214,17 @@ def test_format_bytes_reads_back_within_rounding(n):
     value, unit = float(m.group(1)), m.group(2)
     assert value * _UNITS[unit] == pytest.approx(n, rel=0.05, abs=0.5 * _UNITS[unit] / 10 + 0.5)
     assert unit == "GiB" or value < 1024
+
+
+def test_flax_nnx_compiled_steps_are_read_through_their_wrapper():
+    from flax import nnx
+
+    mesh = make_mesh((2,), ("data",))
+    model = nnx.Linear(4, 4, rngs=nnx.Rngs(0))
+    x = jax.device_put(jnp.ones((2, 4)), NamedSharding(mesh, P("data")))
+    lowered = nnx.jit(lambda m, a: m(a).sum()).lower(model, x)
+    compiled = lowered.compile()
+    assert collective_stats(compiled) == collective_stats(compiled.compiled)
+    assert step_memory(compiled) == step_memory(compiled.compiled)
+    with pytest.raises(TypeError, match="not partitioned yet"):
+        collective_stats(lowered)
