@@ -176,8 +176,8 @@ def fsdp_plan(
     Rule (big_vision's ``shardings.fsdp``, not the chapter's "first dimension"): shard
     the largest dimension that the ``axis`` size divides, the first of equal ones;
     replicate arrays smaller than ``min_size`` elements (big_vision counts 4 MiB) and
-    arrays with no such dimension. With ``base_specs`` (for example tensor-parallel specs), dimensions
-    already sharded there are kept and FSDP picks among the others.
+    arrays with no such dimension. With ``base_specs`` (for example tensor-parallel
+    specs), dimensions already sharded there are kept and FSDP picks among the others.
 
     When FSDP splits no array at all (the axis has size 1, every array is below
     ``min_size``, or the axis size divides no free dimension of any array), every

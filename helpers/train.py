@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from helpers import compat
 from helpers.models import cross_entropy
-from helpers.sharding import check_spec, leaves_with_paths, logical_rules
+from helpers.sharding import _axes_of, check_spec, leaves_with_paths, logical_rules
 
 P = PartitionSpec
 
@@ -44,7 +44,7 @@ def param_shardings(
     mesh axes. Every resulting spec is checked against its parameter's shape first
     (``check_spec``), so a parameter that cannot be placed fails here, naming the
     parameter, its shape, its logical axes and the mesh axis, instead of with JAX's
-    ``IndivisibleError`` when it is placed. ``init_sharded`` and ``helpers.profile``
+    error (which names only a shape) when it is placed. ``init_sharded`` and ``helpers.profile``
     place parameters only through this function.
 
     Raises:
@@ -65,7 +65,7 @@ def param_shardings(
         try:
             check_spec(tuple(sds.shape), spec, mesh, name)
         except ValueError as err:
-            missing = [a for e in spec for a in _mesh_axes(e) if a not in mesh.shape]
+            missing = [a for e in spec for a in _axes_of(e) if a not in mesh.shape]
             fix = (
                 f"build the mesh with axis '{missing[0]}' (helpers.STRATEGY_AXES lists the axes "
                 "each preset needs)"
@@ -77,13 +77,6 @@ def param_shardings(
                 f"PartitionSpec{tuple(spec)} under these rules: {fix}."
             ) from None
     return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=is_spec)
-
-
-def _mesh_axes(entry: Any) -> tuple[str, ...]:
-    """The mesh axes one entry of a PartitionSpec names (None, a name, or a tuple of names)."""
-    if entry is None:
-        return ()
-    return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 def _check_batch(x: Any, labels: Any, mesh: Mesh, x_spec: Any, label_spec: Any) -> None:
@@ -160,9 +153,10 @@ def make_train_step(
     Inputs and outputs are pinned to the state's shardings; the batch is split by
     ``batch_spec`` (default ``P("data")``), and ``step`` and ``step.lower`` check the
     batch against it first (a batch that the ``data`` axis does not divide gets an
-    error naming it, its shape and the axis). XLA inserts whatever collectives the layout needs (the gradient
-    all-reduce for DP, all-gathers and reductions for FSDP, ...). With ``donate`` the
-    old parameters and optimizer state are donated, so their memory is reused.
+    error naming it, its shape and the axis). XLA inserts whatever collectives the
+    layout needs (the gradient all-reduce for DP, all-gathers and reductions for FSDP,
+    ...). With ``donate`` the old parameters and optimizer state are donated, so their
+    memory is reused.
     """
     rules_t = logical_rules(rules) if isinstance(rules, str) else rules
     batch_spec = P("data") if batch_spec is None else batch_spec
