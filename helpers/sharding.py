@@ -10,6 +10,7 @@ Nothing here draws or times anything.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,19 +135,29 @@ def shard_tree(tree: Any, specs: Any, mesh: Mesh) -> Any:
     """``device_put`` every leaf of ``tree`` with its ``PartitionSpec`` from ``specs`` on ``mesh``.
 
     Every (leaf, spec) pair is checked first with ``check_spec``, so a bad spec fails
-    with a message naming the parameter, not from inside XLA.
+    with a message naming the parameter, its shape and the mesh axis, not from inside XLA.
+
+    Raises:
+      ValueError: ``specs`` does not have one ``PartitionSpec`` per array of ``tree`` (in
+        the same structure), or a spec cannot place its array on ``mesh``.
     """
     leaves = leaves_with_paths(tree, "shard_tree")
-    spec_leaves = jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, PartitionSpec))
+    is_spec = lambda s: isinstance(s, PartitionSpec)  # noqa: E731
+    spec_leaves = jax.tree.leaves(specs, is_leaf=is_spec)
     if len(spec_leaves) != len(leaves):
         raise ValueError(
             f"shard_tree: the tree has {len(leaves)} arrays but specs has {len(spec_leaves)} PartitionSpecs."
         )
+    if jax.tree.structure(specs, is_leaf=is_spec) != jax.tree.structure(tree):
+        raise ValueError(
+            "shard_tree: specs must have the structure of the tree (one PartitionSpec per "
+            f"array, under the same keys); the tree's arrays are {[n for n, _ in leaves][:6]}..."
+        )
     for (name, leaf), spec in zip(leaves, spec_leaves, strict=True):
+        if not is_spec(spec):
+            raise ValueError(f"shard_tree: the spec for '{name}' is {spec!r}, not a PartitionSpec.")
         check_spec(tuple(leaf.shape), spec, mesh, name)
-    shardings = jax.tree.map(
-        lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, PartitionSpec)
-    )
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=is_spec)
     return jax.device_put(tree, shardings)
 
 
@@ -168,6 +179,10 @@ class FSDPChoice:
         return f"{self.path:<40} {str(self.shape):<16} {str(tuple(self.spec)):<24} {self.reason}"
 
 
+class FSDPShardsNothingWarning(UserWarning):
+    """``fsdp_specs`` split no array: every device would hold the whole tree, as in DP."""
+
+
 def fsdp_plan(
     tree: Any,
     mesh: Mesh,
@@ -177,12 +192,27 @@ def fsdp_plan(
 ) -> list[FSDPChoice]:
     """Per parameter, the FSDP choice of ``fsdp_specs`` with the reason for it.
 
-    Rule (as in big_vision / MaxText, not the chapter's "first dimension"): shard the
-    largest dimension that the ``axis`` size divides; replicate arrays smaller than
-    ``min_size`` elements and arrays with no such dimension. With ``base_specs`` (for
-    example tensor-parallel specs), dimensions already sharded there are kept and FSDP
-    picks among the others.
+    Rule (big_vision's ``shardings.fsdp``, not the chapter's "first dimension"): shard
+    the largest dimension that the ``axis`` size divides, the first of equal ones;
+    replicate arrays smaller than ``min_size`` elements (big_vision counts 4 MiB) and
+    arrays with no such dimension. With ``base_specs`` (for example tensor-parallel
+    specs), dimensions already sharded there are kept and FSDP picks among the others.
+
+    When FSDP splits no array at all (the axis has size 1, every array is below
+    ``min_size``, or the axis size divides no free dimension of any array), every
+    reason says so: such a layout is plain data parallelism under another name.
+
+    Raises:
+      ValueError: ``axis`` is not an axis of ``mesh``, ``base_specs`` does not match the
+        tree, or a base spec cannot place its array (``check_spec``'s message).
     """
+    return _fsdp_plan(tree, mesh, axis, min_size, base_specs)[0]
+
+
+def _fsdp_plan(
+    tree: Any, mesh: Mesh, axis: str | tuple[str, ...], min_size: int, base_specs: Any
+) -> tuple[list[FSDPChoice], str | None]:
+    """``fsdp_plan``'s choices, and the sentence saying why FSDP split nothing (or None)."""
     axes = _axes_of(axis)
     for ax in axes:
         if ax not in mesh.shape:
@@ -199,7 +229,10 @@ def fsdp_plan(
             raise ValueError(
                 f"fsdp_specs: base_specs has {len(bases)} specs for {len(leaves)} arrays."
             )
+        for (name, leaf), base in zip(leaves, bases, strict=True):
+            check_spec(tuple(leaf.shape), base, mesh, name)
     entry = axes[0] if len(axes) == 1 else axes
+    axis_text = f"'{entry}'" if isinstance(entry, str) else str(entry)
     plan = []
     for (name, leaf), base in zip(leaves, bases, strict=True):
         shape = tuple(leaf.shape)
@@ -231,7 +264,41 @@ def fsdp_plan(
         plan.append(
             FSDPChoice(name, shape, P(*entries), f"dim {dim} (size {shape[dim]}) split {n} ways")
         )
-    return plan
+    if not plan or any(_fsdp_split(c, base) for c, base in zip(plan, bases, strict=True)):
+        return plan, None
+    summary = _nothing_sharded(plan, axis_text, n, min_size)
+    return [FSDPChoice(c.path, c.shape, c.spec, f"{c.reason}; {summary}") for c in plan], summary
+
+
+def _fsdp_split(choice: FSDPChoice, base: PartitionSpec) -> bool:
+    """Did FSDP split this array (beyond what its base spec already split)?"""
+    return tuple(choice.spec) != tuple(base)
+
+
+def _nothing_sharded(plan: list[FSDPChoice], axis_text: str, n: int, min_size: int) -> str:
+    """One sentence for a plan in which FSDP split no array: why, and what it amounts to."""
+
+    def arrays(k: int) -> str:
+        return f"{k} array" + ("s" if k != 1 else "")
+
+    if n == 1:
+        cause = f"axis {axis_text} has size 1"
+    else:
+        small = sum(1 for c in plan if math.prod(c.shape) < min_size)
+        big = len(plan) - small
+        if big == 0:
+            cause = f"each of the {arrays(small)} has fewer than min_size={min_size} elements"
+        else:
+            cause = (
+                f"{n} divides no free dimension of the {arrays(big)} with at least "
+                f"{min_size} elements"
+            )
+            if small:
+                cause += f", and the other {arrays(small)} {'is' if small == 1 else 'are'} smaller"
+    return (
+        f"FSDP shards none of the {arrays(len(plan))} ({cause}): every device holds all "
+        "of them, which is data parallelism, not FSDP"
+    )
 
 
 def fsdp_specs(
@@ -241,8 +308,19 @@ def fsdp_specs(
     min_size: int = 2**12,
     base_specs: Any = None,
 ) -> Any:
-    """A tree of ``PartitionSpec`` for FSDP: see ``fsdp_plan`` for the rule and reasons."""
-    plan = fsdp_plan(tree, mesh, axis=axis, min_size=min_size, base_specs=base_specs)
+    """A tree of ``PartitionSpec`` for FSDP: see ``fsdp_plan`` for the rule and reasons.
+
+    Warns (``FSDPShardsNothingWarning``) when FSDP splits no array of the tree on a mesh
+    of more than one device: the learner would otherwise get DP under the name FSDP.
+    """
+    plan, nothing = _fsdp_plan(tree, mesh, axis, min_size, base_specs)
+    if nothing is not None and mesh.size > 1:
+        warnings.warn(
+            f"fsdp_specs: {nothing}. fsdp_plan(...) gives each array's reason; a smaller "
+            "min_size, or sizes that the axis divides, would let FSDP split something.",
+            FSDPShardsNothingWarning,
+            stacklevel=2,
+        )
     treedef = jax.tree.structure(tree)
     return jax.tree.unflatten(treedef, [c.spec for c in plan])
 

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from helpers import compat
 from helpers.models import cross_entropy
-from helpers.sharding import logical_rules
+from helpers.sharding import _axes_of, check_spec, leaves_with_paths, logical_rules
 
 P = PartitionSpec
 
@@ -41,12 +41,48 @@ def param_shardings(
 
     Nothing is allocated: ``jax.eval_shape`` gives the boxed abstract parameters,
     ``nn.get_partition_spec`` reads their logical names, and the rules map them to
-    mesh axes.
+    mesh axes. Every resulting spec is checked against its parameter's shape first
+    (``check_spec``), so a parameter that cannot be placed fails here, naming the
+    parameter, its shape, its logical axes and the mesh axis, instead of with JAX's
+    error (which names only a shape) when it is placed. ``init_sharded`` and ``helpers.profile``
+    place parameters only through this function.
+
+    Raises:
+      ValueError: a rule maps a dimension to a mesh axis that does not divide it, or to
+        an axis the mesh does not have.
     """
     rules = logical_rules(rules) if isinstance(rules, str) else rules
     abstract = jax.eval_shape(model.init, jax.random.key(0), x)
-    logical_specs = nn.get_partition_spec(abstract)
-    return nn.logical_to_mesh_sharding(logical_specs, mesh, rules)["params"]
+    logical = nn.get_partition_spec(abstract)["params"]
+    specs = nn.logical_to_mesh(logical, rules)
+    is_spec = lambda s: isinstance(s, PartitionSpec)  # noqa: E731
+    for (name, sds), names, spec in zip(
+        leaves_with_paths(nn.meta.unbox(abstract)["params"], "param_shardings"),
+        jax.tree.leaves(logical, is_leaf=is_spec),
+        jax.tree.leaves(specs, is_leaf=is_spec),
+        strict=True,
+    ):
+        try:
+            check_spec(tuple(sds.shape), spec, mesh, name)
+        except ValueError as err:
+            missing = [a for e in spec for a in _axes_of(e) if a not in mesh.shape]
+            fix = (
+                f"build the mesh with axis '{missing[0]}' (helpers.STRATEGY_AXES lists the axes "
+                "each preset needs)"
+                if missing
+                else "choose sizes that the mesh axis divides, or map that logical axis to None"
+            )
+            raise ValueError(
+                f"param_shardings: {err} Its logical axes {tuple(names)} map to "
+                f"PartitionSpec{tuple(spec)} under these rules: {fix}."
+            ) from None
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=is_spec)
+
+
+def _check_batch(x: Any, labels: Any, mesh: Mesh, x_spec: Any, label_spec: Any) -> None:
+    """Clear errors for a batch that the step's batch sharding cannot split."""
+    check_spec(tuple(x.shape), x_spec, mesh, "the batch x")
+    check_spec(tuple(labels.shape), label_spec, mesh, "the labels")
 
 
 def init_sharded(
@@ -115,9 +151,12 @@ def make_train_step(
     """A jitted ``step(params, opt_state, x, labels) -> (params, opt_state, loss)``.
 
     Inputs and outputs are pinned to the state's shardings; the batch is split by
-    ``batch_spec`` (default ``P("data")``). XLA inserts whatever collectives the layout needs (the gradient
-    all-reduce for DP, all-gathers and reductions for FSDP, ...). With ``donate`` the
-    old parameters and optimizer state are donated, so their memory is reused.
+    ``batch_spec`` (default ``P("data")``), and ``step`` and ``step.lower`` check the
+    batch against it first (a batch that the ``data`` axis does not divide gets an
+    error naming it, its shape and the axis). XLA inserts whatever collectives the
+    layout needs (the gradient all-reduce for DP, all-gathers and reductions for FSDP,
+    ...). With ``donate`` the old parameters and optimizer state are donated, so their
+    memory is reused.
     """
     rules_t = logical_rules(rules) if isinstance(rules, str) else rules
     batch_spec = P("data") if batch_spec is None else batch_spec
@@ -147,14 +186,15 @@ def make_train_step(
     )
 
     def run(params: Any, opt_state: Any, x: Any, labels: Any) -> tuple[Any, Any, jax.Array]:
+        _check_batch(x, labels, mesh, batch_spec, label_spec)
         with compat.set_mesh(mesh):
             return jitted(params, opt_state, x, labels)
 
+    def lower(params: Any, opt_state: Any, x: Any, labels: Any) -> Any:
+        _check_batch(x, labels, mesh, batch_spec, label_spec)
+        with compat.set_mesh(mesh):
+            return jitted.lower(params, opt_state, x, labels)
+
     run.jitted = jitted  # type: ignore[attr-defined]
-    run.lower = lambda *a: _lower(jitted, mesh, *a)  # type: ignore[attr-defined]
+    run.lower = lower  # type: ignore[attr-defined]
     return run
-
-
-def _lower(jitted: Any, mesh: Mesh, *args: Any) -> Any:
-    with compat.set_mesh(mesh):
-        return jitted.lower(*args)

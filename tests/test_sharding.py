@@ -1,3 +1,5 @@
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,7 @@ from helpers import (
     shard_layout,
     shard_tree,
 )
+from helpers.sharding import FSDPShardsNothingWarning
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +129,86 @@ def test_shard_layout_blocks_and_replicas(mesh):
     assert blocks[0].devices == (0, 1)  # replicated over the 'model' axis
     (whole,) = shard_layout((3,), NamedSharding(mesh, P()))
     assert whole.devices == tuple(range(8)) and whole.shape == (3,)
+
+
+# --- FSDP that shards nothing must say so -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mesh3():
+    return make_mesh((3,), ("data",), devices=jax.devices()[:3])
+
+
+def test_fsdp_plan_says_when_nothing_is_sharded(mesh3):
+    tree = {
+        "w": jax.ShapeDtypeStruct((64, 128), jnp.float32),  # 3 divides neither dimension
+        "b": jax.ShapeDtypeStruct((64,), jnp.float32),  # below min_size
+    }
+    plan = {c.path: c for c in fsdp_plan(tree, mesh3)}
+    assert plan["w"].spec == P() and plan["b"].spec == P()
+    for choice in plan.values():
+        assert "FSDP shards none of the 2 arrays" in choice.reason
+        assert "data parallelism, not FSDP" in choice.reason
+    assert plan["w"].reason.startswith(
+        "replicated: 3 divides no free dimension (dim 0=64, dim 1=128)"
+    )
+    assert (
+        "3 divides no free dimension of the 1 array with at least 4096 elements" in plan["b"].reason
+    )
+    assert "the other 1 array is smaller" in plan["b"].reason
+    with pytest.warns(
+        FSDPShardsNothingWarning, match=r"FSDP shards none of the 2 arrays.*not FSDP"
+    ):
+        specs = fsdp_specs(tree, mesh3)
+    assert specs == {"w": P(), "b": P()}
+
+
+def test_fsdp_all_arrays_too_small_and_axis_of_size_one(mesh):
+    small = {"b": jax.ShapeDtypeStruct((512,), jnp.float32)}
+    with pytest.warns(
+        FSDPShardsNothingWarning, match="each of the 1 array has fewer than min_size"
+    ):
+        fsdp_specs(small, mesh, "data")
+    one = make_mesh((1, 8), ("data", "model"))  # 8 devices, but FSDP's axis has size 1
+    with pytest.warns(FSDPShardsNothingWarning, match="axis 'data' has size 1"):
+        fsdp_specs({"w": jax.ShapeDtypeStruct((64, 64), jnp.float32)}, one, "data")
+
+
+def test_fsdp_does_not_warn_when_something_is_sharded_or_on_one_device(mesh3):
+    tree = {
+        "w": jax.ShapeDtypeStruct((64, 96), jnp.float32),  # 96 = 3 x 32
+        "odd": jax.ShapeDtypeStruct((64, 128), jnp.float32),
+    }
+    single = make_mesh((1,), ("data",), devices=jax.devices()[:1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fsdp_specs(tree, mesh3) == {"w": P(None, "data"), "odd": P()}
+        assert fsdp_specs(tree, single) == {
+            "w": P(),
+            "odd": P(),
+        }  # one device: nothing to warn about
+    reasons = [c.reason for c in fsdp_plan(tree, mesh3)]
+    assert not any("FSDP shards none" in r for r in reasons)
+    (one_device,) = {c.reason for c in fsdp_plan({"w": tree["w"]}, single)}
+    assert "axis size is 1" in one_device and "FSDP shards none of the 1 array" in one_device
+
+
+def test_fsdp_checks_base_specs(mesh3):
+    tree = {"w": jax.ShapeDtypeStruct((64, 96), jnp.float32)}
+    with pytest.raises(
+        ValueError,
+        match=r"'w' has shape \(64, 96\): dimension 0 has size 64, which mesh axis 'data' \(size 3\)",
+    ):
+        fsdp_plan(tree, mesh3, base_specs={"w": P("data")})
+
+
+def test_shard_tree_needs_the_tree_structure(mesh):
+    tree = {"a": jnp.ones((8, 2)), "b": jnp.ones(3)}
+    with pytest.raises(ValueError, match="specs must have the structure of the tree"):
+        shard_tree(tree, [P("data"), P()], mesh)
+    with pytest.raises(
+        ValueError,
+        match=r"'a' has shape \(8, 2\): dimension 1 has size 2, which mesh axis "
+        r"'data' \(size 4\) x 'model' \(size 2\) does not divide",
+    ):
+        shard_tree(tree, {"a": P(None, ("data", "model")), "b": P()}, mesh)
