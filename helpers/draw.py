@@ -179,7 +179,8 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
         col_name = f"{names[-1]} ({shape[-1]})"
 
     owners = [np.vectorize(lambda d: int(getattr(d, "process_index", 0)))(g) for g in grids]
-    multi_process = len(np.unique(np.concatenate([o.ravel() for o in owners]))) > 1
+    n_procs = len(np.unique(np.concatenate([o.ravel() for o in owners])))
+    multi_process = n_procs > 1
     n_rows, n_cols = grids[0].shape
     # Where the process brackets go: "rows" (right), "cols" (below) or "cells" (p<k> inside).
     brackets = None
@@ -308,7 +309,6 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
 
     dims = " x ".join(f"{n} ({s})" for n, s in zip(names, shape, strict=True))
     n_dev = devices.size
-    n_procs = len(np.unique(np.concatenate([o.ravel() for o in owners])))
     procs = f", {n_procs} processes (framed)" if multi_process else ""
     ax.set_title(
         f"Mesh {dims}: {n_dev} device{'s' if n_dev != 1 else ''}{procs}", fontsize=label_size + 1

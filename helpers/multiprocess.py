@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from helpers import compat
+from helpers.checkpoint import paused_writes
 
 # The model every process trains (small enough for a 2-core CI machine). The global batch
 # and the width d_model must divide by the number of devices: 32 and 64 allow up to 32.
@@ -132,7 +135,7 @@ def load_batch(key: Any, cfg: Any, x_sharding: Any, y_sharding: Any) -> tuple[An
 
     from helpers.models import synthetic_batch
 
-    x, labels = synthetic_batch(key, cfg)
+    x, labels = jax.jit(synthetic_batch, static_argnums=1)(key, cfg)  # one compile, not five
     rows = process_rows(x_sharding, x.shape)
     x_local, y_local = np.asarray(x[rows]), np.asarray(labels[rows])
     return (
@@ -180,6 +183,7 @@ def global_mesh(layout: str) -> Any:
 # ---------------------------------------------------------------------------
 
 _SAVING: dict[str, int] = {}  # the step being saved, for the commit line
+_HELD = contextlib.ExitStack()  # the fault drill's held saves
 
 
 def open_checkpoints(directory: str, primary_host: int = 0) -> Any:
@@ -206,13 +210,22 @@ def open_checkpoints(directory: str, primary_host: int = 0) -> Any:
     return ocp.CheckpointManager(directory, options=options)
 
 
-def save(mngr: Any, step: int, params: Any, opt_state: Any) -> None:
-    """Start an asynchronous save of ``step``; it commits in the background."""
+def save(mngr: Any, step: int, params: Any, opt_state: Any, hold: bool = False) -> None:
+    """Start an asynchronous save of ``step``; it commits in the background.
+
+    ``hold`` (the fault drill's ``--hold-save``): this process's part of the save never
+    completes, and ``save`` returns once the step's temporary directory exists, so that a
+    kill after it lands inside the save.
+    """
     import orbax.checkpoint as ocp
 
     mngr.wait_until_finished()  # the previous save commits first (save() would wait too)
     _SAVING["step"] = step
+    if hold:
+        _HELD.enter_context(paused_writes())  # never left: this process is to be killed
     mngr.save(step, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}))
+    while hold and not list(Path(mngr.directory).glob(f"{step}.orbax-checkpoint-tmp*")):
+        time.sleep(0.05)
 
 
 def restore_target(model: Any, optimizer: Any, x: Any, mesh: Any, layout: str) -> Any:
@@ -278,7 +291,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from helpers.checkpoint import paused_writes
     from helpers.train import make_train_step
 
     cfg, mesh = model_config(), global_mesh(args.layout)
@@ -298,7 +310,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     )
     params, opt_state, losses = state.params, state.opt_state, []
     data_key = jax.random.key(args.seed + 1)
-    hold = contextlib.ExitStack()  # never closed: a process that holds a save is killed
     for step in range(start + 1, args.steps + 1):
         x, labels = load_batch(jax.random.fold_in(data_key, step), cfg, x_sharding, y_sharding)
         params, opt_state, loss = step_fn(params, opt_state, x, labels)
@@ -306,9 +317,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         if step % args.log_every == 0 or step == args.steps:
             print(f"step {step:>3}  loss {losses[-1]:.6f}", flush=True)
         if mngr is not None and args.save_every and step % args.save_every == 0:
-            if step == args.hold_save:
-                hold.enter_context(paused_writes())
-            save(mngr, step, params, opt_state)
+            save(mngr, step, params, opt_state, hold=step == args.hold_save)
             print(f"process {me} started the save of step {step}", flush=True)
     if mngr is not None:
         mngr.wait_until_finished()  # a save counts once it is committed
