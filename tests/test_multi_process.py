@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -83,6 +84,17 @@ def test_connect_leaves_detection_to_jax_when_no_arguments_are_given(monkeypatch
     mp.connect(mp.parse_args(["--coordinator", "127.0.0.1:4321", "--num-processes", "2",
                               "--process-id", "0"]))  # fmt: skip
     assert calls[0][1]["coordinator_bind_address"] == "127.0.0.1:4321"  # loopback only
+
+
+def test_the_command_line_and_the_device_counts_it_fits():
+    args = mp.parse_args(["--checkpoint-dir", "/ckpt", "--save-every", "3", "--hold-save", "6",
+                          "--layout", "fsdp_tp", "--primary-host", "1"])  # fmt: skip
+    assert (args.checkpoint_dir, args.save_every, args.hold_save) == ("/ckpt", 3, 6)
+    assert (args.layout, args.primary_host, args.steps) == ("fsdp_tp", 1, 3)
+    with pytest.raises(SystemExit):
+        mp.parse_args(["--layout", "tp"])  # not a layout the script trains
+    # The global batch (32) and d_model (64) must split over every device of the job.
+    assert [n for n in range(1, 65) if mp.fits(n)] == [1, 2, 4, 8, 16, 32]
 
 
 def test_process_rows_of_a_single_process_is_the_whole_batch():
@@ -306,9 +318,13 @@ def test_a_process_killed_mid_save_stops_the_job_and_leaves_the_last_commit(kill
         assert m.all_steps() == [2] and m.latest_step() == 2  # the partial step is never listed
 
 
-def test_a_restart_after_the_kill_trains_exactly_as_the_uninterrupted_job(killed_mid_save, trained):
-    directory = killed_mid_save["dir"] / "checkpoints"
-    out = killed_mid_save["dir"] / "resumed.npz"
+def test_a_restart_after_the_kill_trains_exactly_as_the_uninterrupted_job(
+    killed_mid_save, trained, tmp_path
+):
+    # A copy, so that the drill's own directory stays as the kill left it for the other test.
+    directory = tmp_path / "checkpoints"
+    shutil.copytree(killed_mid_save["dir"] / "checkpoints", directory)
+    out = tmp_path / "resumed.npz"
     args = ["--steps", str(STEPS), "--save-every", str(SAVE_EVERY), "--checkpoint-dir",
             str(directory), "--out", str(out)]  # fmt: skip
     resumed = launcher.launch_local(2, 4, args, timeout_s=JOB_TIMEOUT_S, echo=False).check()
