@@ -267,6 +267,8 @@ class _WithExtraFuture:
         self._inner, self._extra = inner, extra
 
     def __getattr__(self, name: str) -> Any:  # everything else is the original handler's
+        if name == "_inner":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     async def serialize(self, values: Any, infos: Any, args: Any = None) -> list[Any]:
