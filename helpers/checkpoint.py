@@ -26,8 +26,8 @@ import math
 import os
 import re
 import stat
-import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,9 +95,10 @@ def _sized_files(root: Path) -> list[tuple[Path, int]]:
     return out
 
 
-def _dir_size(path: Path) -> tuple[int, int]:
-    files = _sized_files(path)
-    return sum(size for _, size in files), len(files)
+def _summary(path: Path) -> str:
+    """``"<total size> in <k> file(s)"`` for a directory."""
+    sizes = [size for _, size in _sized_files(path)]
+    return f"{format_bytes(sum(sizes))} in {len(sizes)} file{'s' * (len(sizes) != 1)}"
 
 
 def format_checkpoint_files(root: str | Path, max_depth: int | None = None) -> str:
@@ -127,13 +128,7 @@ def format_checkpoint_files(root: str | Path, max_depth: int | None = None) -> s
             if sizes[p] is not None:
                 rows.append((f"{indent}{p.name}", format_bytes(sizes[p])))
             elif p.is_dir():
-                size, count = _dir_size(p)
-                rows.append(
-                    (
-                        f"{indent}{p.name}/",
-                        f"{format_bytes(size)} in {count} file{'s' * (count != 1)}",
-                    )
-                )
+                rows.append((f"{indent}{p.name}/", _summary(p)))
                 if max_depth is None or depth + 1 < max_depth:
                     walk(p, depth + 1)
         if hashed:
@@ -142,8 +137,7 @@ def format_checkpoint_files(root: str | Path, max_depth: int | None = None) -> s
                 (f"{indent}<{len(hashed)} data file{'s' * (len(hashed) != 1)}>", format_bytes(size))
             )
 
-    size, count = _dir_size(root)
-    rows.append((f"{root.name}/", f"{format_bytes(size)} in {count} file{'s' * (count != 1)}"))
+    rows.append((f"{root.name}/", _summary(root)))
     walk(root, 1)
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {info}" for name, info in rows)
@@ -256,43 +250,67 @@ def format_saved_layout(metadata: Any, prefix: str = "") -> str:
 # ---------------------------------------------------------------------------
 #
 # orbax saves in two phases. ``manager.save(...)`` blocks only while the arrays are copied
-# off the devices and their writes are started; ``ArrayHandler.serialize`` returns the
-# futures of those writes. A background thread then waits for every future and, only when
-# all of them succeed, commits the checkpoint: it renames ``<step>.orbax-checkpoint-tmp``
-# to ``<step>`` and records the commit. The helpers below add one more future to that
-# list, one that waits for a gate or raises, so the commit is held back or fails after
-# the array data has been handed to storage. Nothing else about orbax changes.
+# off the devices and their writes are started: the ``TypeHandler`` registered for
+# ``jax.Array`` returns the futures of those writes from ``serialize``. A background thread
+# waits for every future and commits the checkpoint only when all of them succeed. The
+# helpers below register (orbax's public ``type_handlers.register_type_handler``) a handler
+# that forwards every call to the registered one and adds one future to what ``serialize``
+# returns: a future that is pending until the block ends, or that holds an error. The
+# original handler is registered back when the block ends. Custom type handlers:
+# https://orbax.readthedocs.io/en/latest/guides/checkpoint/custom_handlers.html
 
 
-class _ExtraFuture:
-    """The smallest object orbax's commit thread accepts as a future: ``result`` and ``cancel``."""
+class _WithExtraFuture:
+    """The registered ``jax.Array`` handler, with one more future on every ``serialize``."""
 
-    def __init__(self, wait: Any) -> None:
-        self._wait = wait
+    def __init__(self, inner: Any, extra: Future) -> None:
+        self._inner, self._extra = inner, extra
 
-    def result(self, timeout: float | None = None) -> Any:
-        return self._wait()
+    def __getattr__(self, name: str) -> Any:  # everything else is the original handler's
+        if name == "_inner":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self._inner, name)
 
-    def cancel(self) -> None:
-        return None
+    async def serialize(self, values: Any, infos: Any, args: Any = None) -> list[Any]:
+        return [*await self._inner.serialize(values, infos, args), self._extra]
 
 
 @contextlib.contextmanager
-def _extra_commit_future(make_future: Any) -> Iterator[None]:
-    from orbax.checkpoint import type_handlers
+def _quiet(text: str, error: BaseException | None = None) -> Iterator[None]:
+    """Drop absl's log records that mention ``text`` or carry ``error`` in their chain."""
 
-    handler_cls = type_handlers.ArrayHandler
-    original = handler_cls.serialize
+    def keep(record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        while exc is not None and error is not None:
+            if exc is error:
+                return False
+            exc = exc.__cause__ or exc.__context__
+        return text not in record.getMessage()
 
-    async def serialize(self: Any, values: Any, infos: Any, args: Any = None) -> list[Any]:
-        futures = await original(self, values, infos, args)
-        return [*futures, make_future()]
-
-    handler_cls.serialize = serialize
+    logging.getLogger("absl").addFilter(keep)
     try:
         yield
     finally:
-        handler_cls.serialize = original
+        logging.getLogger("absl").removeFilter(keep)
+
+
+def _register(handler: Any) -> None:
+    from orbax.checkpoint import type_handlers
+
+    with _quiet("overriding"):  # orbax warns of every override; this one is on purpose
+        type_handlers.register_type_handler(jax.Array, handler, override=True)
+
+
+@contextlib.contextmanager
+def _extra_commit_future(extra: Future) -> Iterator[None]:
+    from orbax.checkpoint import type_handlers
+
+    original = type_handlers.get_type_handler(jax.Array)
+    _register(_WithExtraFuture(original, extra))
+    try:
+        yield
+    finally:
+        _register(original)
 
 
 @contextlib.contextmanager
@@ -302,34 +320,15 @@ def paused_writes() -> Iterator[None]:
     Inside the block, ``manager.save(step, ...)`` returns as usual and its array data is
     written, but the checkpoint stays uncommitted: its directory is still named
     ``<step>.orbax-checkpoint-tmp`` and ``manager.is_saving_in_progress()`` is True.
-    Leaving the block lets the commit go ahead; ``manager.wait_until_finished()`` then
-    returns with the checkpoint committed. A process killed inside the block dies
-    mid-save, deterministically.
+    Leaving the block lets the commit go ahead. A process killed inside the block dies
+    mid-save, deterministically (in a multi-process job: with its part of the save undone).
     """
-    gate = threading.Event()
-    with _extra_commit_future(lambda: _ExtraFuture(gate.wait)):
+    gate: Future = Future()
+    with _extra_commit_future(gate):
         try:
             yield
         finally:
-            gate.set()
-
-
-class _DropInjectedFailure(logging.Filter):
-    """Drops orbax's (absl's) log records, with their tracebacks, about one injected error."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__()
-        self.error = error
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        seen: set[int] = set()
-        while exc is not None and id(exc) not in seen:
-            if exc is self.error:
-                return False
-            seen.add(id(exc))
-            exc = exc.__cause__ or exc.__context__
-        return str(self.error) not in record.getMessage()
+            gate.set_result(None)
 
 
 @contextlib.contextmanager
@@ -340,29 +339,17 @@ def failing_writes(
 
     The array data is handed to storage as usual; then the background commit raises
     ``error`` (by default ``OSError(ENOSPC, "No space left on device ...")``), as a full
-    disk or a lost connection would. The checkpoint is never committed: it stays as
-    ``<step>.orbax-checkpoint-tmp``. orbax raises the error from the next
-    ``manager.wait_until_finished()`` (or ``save``/``close``), so call that inside the
-    block. Yields the error object.
-
-    With ``quiet`` (the default), orbax's own log lines about this error, each with a full
-    traceback, are dropped while the block is open; the raised exception says the same.
+    disk or a lost connection would. The checkpoint stays ``<step>.orbax-checkpoint-tmp``.
+    orbax raises the error from the next ``manager.wait_until_finished()`` (or ``save`` or
+    ``close``), so call that inside the block. Yields the error object. With ``quiet``, orbax's
+    own log lines about it (each with a full traceback) are dropped while the block is open.
     """
     if error is None:
         error = OSError(
             errno.ENOSPC, "No space left on device (injected by helpers.checkpoint.failing_writes)"
         )
-
-    def fail() -> None:
-        raise error
-
-    log_filter = _DropInjectedFailure(error)
-    absl_logger = logging.getLogger("absl")
-    if quiet:
-        absl_logger.addFilter(log_filter)
-    try:
-        with _extra_commit_future(lambda: _ExtraFuture(fail)):
+    failed: Future = Future()
+    failed.set_exception(error)
+    with _quiet(str(error), error) if quiet else contextlib.nullcontext():
+        with _extra_commit_future(failed):
             yield error
-    finally:
-        if quiet:
-            absl_logger.removeFilter(log_filter)

@@ -120,17 +120,34 @@ def gloo_on_loopback(coordinator_is_loopback: Any) -> None:
     The factory runs after ``jax.distributed.initialize``, so it sees the coordinator
     address even when JAX detected it (SLURM). ``coordinator_is_loopback(address)``
     decides. Private API: checked on jax 0.8.0, 0.10.2 and 0.12.0.
+
+    Raises:
+      RuntimeError: this jax no longer has one of the private names used here (a jax
+        upgrade moved it). Nothing has been changed then, and the message says what is
+        missing; the fix belongs here, in ``helpers/compat.py``.
     """
-    from jax._src import distributed, xla_bridge
-    from jax._src.lib import _jax
+    try:
+        from jax._src import distributed, xla_bridge
+        from jax._src.lib import _jax
+    except ImportError as err:
+        raise RuntimeError(_gloo_moved(f"the module {err.name}")) from err
+    roots = {"jax._src.distributed": distributed, "jax._src.xla_bridge": xla_bridge,
+             "jax._src.lib._jax": _jax}  # fmt: skip
+    missing = [f"{root}.{path}" for root, path in _GLOO_NAMES if not _has(roots[root], path)]
+    if missing:
+        raise RuntimeError(_gloo_moved(", ".join(missing)))
 
     def make_cpu_client() -> Any:
         state = distributed.global_state
         gloo = None
         if state.client is not None and coordinator_is_loopback(state.coordinator_address):
-            gloo = _jax.make_gloo_tcp_collectives(
-                distributed_client=state.client, hostname="127.0.0.1"
-            )
+            try:
+                gloo = _jax.make_gloo_tcp_collectives(
+                    distributed_client=state.client, hostname="127.0.0.1"
+                )
+            except TypeError as err:  # its signature changed
+                what = f"make_gloo_tcp_collectives as called here ({err})"
+                raise RuntimeError(_gloo_moved(what)) from err
         return xla_bridge.make_cpu_client(collectives=gloo)
 
     xla_bridge.register_backend_factory("cpu", make_cpu_client, priority=0, fail_quietly=False)
@@ -147,3 +164,31 @@ def pvary(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     if pcast is not None:
         return pcast(x, axis_name, to="varying")
     return jax.lax.pvary(x, axis_name)  # pragma: no cover - older jax
+
+
+# The private names gloo_on_loopback uses: (module, attribute path).
+_GLOO_NAMES = (
+    ("jax._src.distributed", "global_state.client"),
+    ("jax._src.distributed", "global_state.coordinator_address"),
+    ("jax._src.xla_bridge", "make_cpu_client"),
+    ("jax._src.xla_bridge", "register_backend_factory"),
+    ("jax._src.lib._jax", "make_gloo_tcp_collectives"),
+)
+
+
+def _has(obj: Any, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+def _gloo_moved(what: str) -> str:
+    return (
+        f"helpers.compat.gloo_on_loopback: jax {jax.__version__} has no {what}. This private "
+        "API pins gloo to 127.0.0.1 for simulated multi-process runs; it was checked on jax "
+        "0.8.0 to 0.12.0, and a newer jax moved it. Nothing was changed. Update "
+        "gloo_on_loopback in helpers/compat.py for this jax, or use the jax version of "
+        "requirements.txt."
+    )

@@ -133,10 +133,14 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
 
     Rows follow the mesh's first axis and columns its second; the axis names and sizes
     are written on the sides (``"data (2)"`` to the left of the rows, ``"model (4)"``
-    above the columns). Each cell shows its device id, and ``p<k>`` (the device's
-    ``process_index``) when the mesh spans several processes. A 1-D mesh is one row. A
-    3-D mesh is drawn as side-by-side 2-D grids, one per index of its first axis
-    (meshes of higher rank likewise, one grid per index of all but the last two axes).
+    above the columns). Each cell shows its device id, in the device's own colour. A 1-D
+    mesh is one row. A 3-D mesh is drawn as side-by-side 2-D grids, one per index of its
+    first axis (meshes of higher rank likewise, one grid per index of all but the last two).
+
+    When the mesh spans several processes, a thick dark frame surrounds the devices of
+    each process (the cells keep their device colours), and a bracket names the process:
+    to the right of its rows when every row belongs to one process, below its columns when
+    every column does, and otherwise ``p<k>`` inside each cell.
 
     Args:
       mesh: a ``jax.sharding.Mesh`` (with devices, not an ``AbstractMesh``).
@@ -144,7 +148,9 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
 
     Returns:
       The Axes drawn on. Each cell is a ``Rectangle`` with ``gid="device:<id>"`` in
-      ``ax.patches``, in mesh (row-major) order.
+      ``ax.patches``, in mesh (row-major) order. With several processes, each frame is a
+      ``LineCollection`` with ``gid="process-frame:<k>"`` and each bracket's text has
+      ``gid="process-label:<k>"`` (in-cell labels: ``gid="process:<device id>"``).
     """
     devices = getattr(mesh, "devices", None)
     if not isinstance(mesh, Mesh) or not isinstance(devices, np.ndarray):
@@ -172,18 +178,32 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
         row_name = f"{names[-2]} ({shape[-2]})"
         col_name = f"{names[-1]} ({shape[-1]})"
 
-    multi_process = len({int(getattr(d, "process_index", 0)) for d in devices.flat}) > 1
+    owners = [np.vectorize(lambda d: int(getattr(d, "process_index", 0)))(g) for g in grids]
+    n_procs = len(np.unique(np.concatenate([o.ravel() for o in owners])))
+    multi_process = n_procs > 1
     n_rows, n_cols = grids[0].shape
-    gap = 1.0
+    # Where the process brackets go: "rows" (right), "cols" (below) or "cells" (p<k> inside).
+    brackets = None
+    if multi_process:
+        by_rows = all((o == o[:, :1]).all() for o in owners)
+        by_cols = all((o == o[:1, :]).all() for o in owners)
+        brackets = "rows" if by_rows else "cols" if by_cols else "cells"
+    right = 1.9 if brackets == "rows" else 0.1
+    bottom = 0.9 if brackets == "cols" else 0.1
+    gap = 1.0 + (right - 0.1)
     total_w = len(grids) * n_cols + (len(grids) - 1) * gap
     left_margin = 1.0 if row_name else 0.2
     top_margin = 1.0 + (0.55 if headers[0] else 0.0)
 
     ax = _fig_for(
-        ax, (min(16.0, 1.0 + 0.95 * (total_w + left_margin)), 1.2 + 0.95 * (n_rows + top_margin))
+        ax,
+        (
+            min(16.0, 1.0 + 0.95 * (total_w + left_margin + right)),
+            1.2 + 0.95 * (n_rows + top_margin + bottom),
+        ),
     )
-    ax.set_xlim(-left_margin, total_w + 0.1)
-    ax.set_ylim(n_rows + 0.1, -top_margin)
+    ax.set_xlim(-left_margin, total_w + right)
+    ax.set_ylim(n_rows + bottom, -top_margin)
     ax.set_aspect("equal")
     ax.set_axis_off()
     w_pt, h_pt = _axes_size_pt(ax)
@@ -211,7 +231,7 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
                     )
                 )
                 ink = _text_color(face)
-                y = r + (0.42 if multi_process else 0.5)
+                y = r + (0.42 if brackets == "cells" else 0.5)
                 ax.text(
                     x0 + c + 0.5,
                     y,
@@ -223,7 +243,7 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
                     color=ink,
                     gid=f"device-id:{did}",
                 )
-                if multi_process:
+                if brackets == "cells":
                     ax.text(
                         x0 + c + 0.5,
                         r + 0.78,
@@ -234,6 +254,8 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
                         color=ink,
                         gid=f"process:{did}",
                     )
+        if multi_process:
+            _frame_processes(ax, owners[g], x0, brackets, label_size)
         # Index numbers along the sides, then the axis names.
         for c in range(n_cols):
             ax.text(
@@ -287,11 +309,72 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
 
     dims = " x ".join(f"{n} ({s})" for n, s in zip(names, shape, strict=True))
     n_dev = devices.size
-    procs = f", {len({d.process_index for d in devices.flat})} processes" if multi_process else ""
+    procs = f", {n_procs} processes (framed)" if multi_process else ""
     ax.set_title(
         f"Mesh {dims}: {n_dev} device{'s' if n_dev != 1 else ''}{procs}", fontsize=label_size + 1
     )
     return ax
+
+
+def _runs(keys: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(key, start, stop)`` for every run of equal consecutive keys."""
+    out: list[tuple[int, int, int]] = []
+    for i, k in enumerate(keys):
+        if out and out[-1][0] == k:
+            out[-1] = (k, out[-1][1], i + 1)
+        else:
+            out.append((k, i, i + 1))
+    return out
+
+
+def _frame_processes(
+    ax: Axes, owner: np.ndarray, x0: float, brackets: str | None, size: float
+) -> None:
+    """A frame around each process's cells of one grid, and a bracket naming the process."""
+    from matplotlib.collections import LineCollection
+
+    n_rows, n_cols = owner.shape
+
+    def other(r: int, c: int, p: int) -> bool:
+        return not (0 <= r < n_rows and 0 <= c < n_cols) or int(owner[r, c]) != p
+
+    for p in np.unique(owner):
+        p = int(p)
+        segments = []
+        for r, c in zip(*np.nonzero(owner == p), strict=True):
+            x, y = x0 + c, float(r)
+            if other(r - 1, c, p):
+                segments.append([(x, y), (x + 1, y)])
+            if other(r + 1, c, p):
+                segments.append([(x, y + 1), (x + 1, y + 1)])
+            if other(r, c - 1, p):
+                segments.append([(x, y), (x, y + 1)])
+            if other(r, c + 1, p):
+                segments.append([(x + 1, y), (x + 1, y + 1)])
+        ax.add_collection(
+            LineCollection(
+                segments,
+                colors="0.1",
+                linewidths=3.0,
+                capstyle="projecting",
+                gid=f"process-frame:{p}",
+                zorder=3,
+            )  # fmt: skip
+        )
+    if brackets == "rows":
+        for p, start, stop in _runs([int(k) for k in owner[:, 0]]):
+            xb = x0 + n_cols + 0.2
+            ax.plot([xb, xb], [start + 0.08, stop - 0.08], color="0.1", lw=2.0)
+            ax.text(xb + 0.15, (start + stop) / 2, f"process {p}", ha="left", va="center",
+                    fontsize=size, fontweight="bold", color="0.1",
+                    gid=f"process-label:{p}")  # fmt: skip
+    elif brackets == "cols":
+        for p, start, stop in _runs([int(k) for k in owner[0, :]]):
+            yb = n_rows + 0.2
+            ax.plot([x0 + start + 0.08, x0 + stop - 0.08], [yb, yb], color="0.1", lw=2.0)
+            ax.text(x0 + (start + stop) / 2, yb + 0.12, f"process {p}", ha="center", va="top",
+                    fontsize=size, fontweight="bold", color="0.1",
+                    gid=f"process-label:{p}")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------

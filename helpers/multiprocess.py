@@ -1,100 +1,79 @@
-"""Multi-process JAX training: the script every process runs, and a local launcher for it.
+"""The training script that every process of a multi-process JAX job runs (notebook 05).
 
-JAX scales past one machine with one *process per host*. Every process runs this same
-script, calls ``jax.distributed.initialize``, sees the devices of every process in
-``jax.devices()`` (and its own in ``jax.local_devices()``), builds one global mesh over all
-of them, feeds only its own rows of each batch, and runs the same jitted step: XLA inserts
-the collectives between processes (NCCL on GPUs, gloo on CPUs).
-
-On a cluster (one process per host; nothing here is simulated)::
-
-    srun python -m helpers.multiprocess --steps 100          # SLURM: initialize() auto-detects
+    srun python -m helpers.multiprocess --steps 100          # SLURM: initialize() detects the job
     python -m helpers.multiprocess --coordinator HOST0:1234 --num-processes 2 --process-id 0
-    python -m helpers.multiprocess --coordinator HOST0:1234 --num-processes 2 --process-id 1
 
-On one machine, notebook 05 simulates that with ``launch_local``: P processes on the
-loopback interface, each with its own simulated CPU devices, their output streamed back
-line by line, every process ended by its pid when the call returns. ``run_reference`` runs
-the same script as one process holding all P x K devices, to check the two train the same.
+Every process runs this same file. It joins the job (``connect``), builds one mesh over
+the devices of every process, loads only its own rows of each batch (``load_batch``) and
+runs the same jitted FSDP step as notebooks 03-04. With ``--checkpoint-dir`` it saves the
+train state with orbax every ``--save-every`` steps, and when that directory already holds
+a committed checkpoint it resumes from the newest one, onto whatever mesh this run has.
+
+``helpers.launcher`` starts it on one machine (P processes on the loopback interface, each
+with simulated CPU devices), for notebook 05 and the tests.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import queue
-import re
-import signal
-import socket
-import subprocess
-import sys
-import threading
+import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from helpers import compat
-
-LOOPBACK = "127.0.0.1"
+from helpers.checkpoint import paused_writes
 
 # The model every process trains (small enough for a 2-core CI machine). The global batch
 # and the width d_model must divide by the number of devices: 32 and 64 allow up to 32.
 D_MODEL, D_FF, N_LAYERS, N_CLASSES, GLOBAL_BATCH, SEQ = 64, 256, 2, 16, 32, 8
 LEARNING_RATE = 1e-2
+LAYOUTS = ("fsdp", "fsdp_tp", "dp")  # logical-axis rule presets of helpers.sharding
 
 
-# ---------------------------------------------------------------------------
-# The script: what every process runs
-# ---------------------------------------------------------------------------
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
+    """The script's command line (``python -m helpers.multiprocess --help`` prints it)."""
     p = argparse.ArgumentParser(
         prog="python -m helpers.multiprocess",
         description="Train the series' MLPStack with FSDP over the devices of every process. "
         "Run one copy per host. With no --coordinator/--num-processes/--process-id, "
         "jax.distributed.initialize() detects them itself (SLURM, Open MPI, TPU pods).",
     )
-    p.add_argument("--coordinator", help="HOST:PORT of process 0's coordination service")
-    p.add_argument(
-        "--num-processes",
-        type=int,
-        help="how many processes in the job (1: no distributed runtime)",
-    )
-    p.add_argument("--process-id", type=int, help="this process's id, 0 .. num-processes - 1")
-    p.add_argument(
-        "--simulated-devices",
-        type=int,
-        metavar="K",
-        help="give this process K simulated CPU devices (local runs only; omit on GPUs)",
-    )
-    p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
-    p.add_argument(
-        "--log-every", type=int, default=1, help="print the loss every N steps (default 1)"
-    )
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed of the parameters and the data (default 0)"
-    )
-    p.add_argument("--out", help="process 0 writes losses and final parameters here (.npz)")
-    p.add_argument("--mesh-figure", help="process 0 draws the global mesh here (.png)")
-    p.add_argument(
-        "--heartbeat-timeout",
-        type=int,
-        metavar="S",
-        help="seconds without a heartbeat after which a process counts as dead "
-        "(default: JAX's, 100)",
-    )
-    p.add_argument(
-        "--init-timeout",
-        type=int,
-        default=300,
-        metavar="S",
-        help="seconds to wait for every process to join (default 300)",
-    )
-    return p.parse_args(argv)
+    add = p.add_argument
+    # fmt: off
+    add("--coordinator", help="HOST:PORT of process 0's coordination service")
+    add("--num-processes", type=int, help="how many processes in the job (1: no distributed runtime)")
+    add("--process-id", type=int, help="this process's id, 0 .. num-processes - 1")
+    add("--simulated-devices", type=int, metavar="K",
+        help="give this process K simulated CPU devices (local runs only; omit on GPUs)")
+    add("--steps", type=int, default=3, help="train until this step (default 3)")
+    add("--layout", choices=LAYOUTS, default="fsdp",
+        help="sharding rules: fsdp on a (n, 1) mesh (default), fsdp_tp on a 2-D mesh, dp")
+    add("--log-every", type=int, default=1, help="print the loss every N steps (default 1)")
+    add("--seed", type=int, default=0, help="seed of the parameters and the data (default 0)")
+    add("--checkpoint-dir", metavar="DIR",
+        help="save with orbax here (storage every process sees); resume from its newest step")
+    add("--save-every", type=int, default=0, metavar="S",
+        help="save at every step divisible by S (default 0: never)")
+    add("--primary-host", type=int, default=0,
+        help="the process that commits each checkpoint (orbax's primary_host, default 0)")
+    add("--hold-save", type=int, metavar="STEP",
+        help="fault drill: this process never completes its part of the save of STEP")
+    add("--out", help="process 0 writes the losses and the final train state here (.npz)")
+    add("--mesh-figure", help="process 0 draws the global mesh here (.png)")
+    add("--heartbeat-timeout", type=int, metavar="S",
+        help="seconds without a heartbeat after which a process counts as dead (default: JAX's, 100)")
+    add("--init-timeout", type=int, default=300, metavar="S",
+        help="seconds to wait for every process to join (default 300)")
+    # fmt: on
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return parser().parse_args(argv)
 
 
 def is_loopback(address: str | None) -> bool:
@@ -156,7 +135,7 @@ def load_batch(key: Any, cfg: Any, x_sharding: Any, y_sharding: Any) -> tuple[An
 
     from helpers.models import synthetic_batch
 
-    x, labels = synthetic_batch(key, cfg)
+    x, labels = jax.jit(synthetic_batch, static_argnums=1)(key, cfg)  # one compile, not five
     rows = process_rows(x_sharding, x.shape)
     x_local, y_local = np.asarray(x[rows]), np.asarray(labels[rows])
     return (
@@ -172,87 +151,221 @@ def model_config() -> Any:
                        batch=GLOBAL_BATCH, seq=SEQ)  # fmt: skip
 
 
-def train(steps: int, seed: int = 0, log_every: int = 1) -> tuple[list[float], Any, Any]:
-    """FSDP training over every device of every process. Returns (losses, params, mesh).
+def make_optimizer() -> Any:
+    import optax
+
+    return optax.adam(LEARNING_RATE)
+
+
+def fits(n_devices: int) -> bool:
+    """Whether ``n_devices`` divide the global batch and ``d_model``, as the (n, 1) mesh needs."""
+    return GLOBAL_BATCH % n_devices == 0 and D_MODEL % n_devices == 0
+
+
+def global_mesh(layout: str) -> Any:
+    """A ``("data", "model")`` mesh over every device of every process, shaped for ``layout``."""
+    import jax
+
+    from helpers.devices import make_mesh, mesh_shape_for
+
+    devices = jax.devices()  # every process's devices, not only this one's
+    n = len(devices)
+    if not fits(n):
+        raise SystemExit(
+            f"{n} devices must divide the global batch {GLOBAL_BATCH} and d_model {D_MODEL}"
+        )
+    shape = mesh_shape_for(n) if layout == "fsdp_tp" else (n, 1)
+    return make_mesh(shape, ("data", "model"), devices=devices)
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints: every process writes its own shards, one process commits
+# ---------------------------------------------------------------------------
+
+_SAVING: dict[str, int] = {}  # the step being saved, for the commit line
+_HELD = contextlib.ExitStack()  # the fault drill's held saves
+
+
+def open_checkpoints(directory: str, primary_host: int = 0) -> Any:
+    """orbax's ``CheckpointManager`` over ``directory``, which every process must see.
+
+    Every process makes the same calls. Each writes the shards its devices hold; once all
+    have written (a barrier), the primary host alone commits the step: it renames
+    ``<step>.orbax-checkpoint-tmp`` to ``<step>``. orbax calls ``post_finalization_callback``
+    on the primary host only, just before that rename, so the line below names the committer.
+    """
+    import jax
+    import orbax.checkpoint as ocp
+
+    me = jax.process_index()
+
+    def committing() -> None:
+        print(f"process {me} commits step {_SAVING['step']}", flush=True)
+
+    options = ocp.CheckpointManagerOptions(
+        cleanup_tmp_directories=True,  # the primary host removes debris of a killed save
+        multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=primary_host),
+        async_options=ocp.options.AsyncOptions(post_finalization_callback=committing),
+    )
+    return ocp.CheckpointManager(directory, options=options)
+
+
+def save(mngr: Any, step: int, params: Any, opt_state: Any, hold: bool = False) -> None:
+    """Start an asynchronous save of ``step``; it commits in the background.
+
+    ``hold`` (the fault drill's ``--hold-save``): this process's part of the save never
+    completes, and ``save`` returns once the step's temporary directory exists, so that a
+    kill after it lands inside the save.
+    """
+    import orbax.checkpoint as ocp
+
+    mngr.wait_until_finished()  # the previous save commits first (save() would wait too)
+    _SAVING["step"] = step
+    if hold:
+        _HELD.enter_context(paused_writes())  # never left: this process is to be killed
+    mngr.save(step, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}))
+    while hold and not list(Path(mngr.directory).glob(f"{step}.orbax-checkpoint-tmp*")):
+        time.sleep(0.05)
+
+
+def restore_target(model: Any, optimizer: Any, x: Any, mesh: Any, layout: str) -> Any:
+    """The train state as abstract arrays carrying ``layout``'s shardings on ``mesh``."""
+    import flax.linen as nn
+    import jax
+
+    from helpers.train import opt_state_shardings, param_shardings
+
+    params = jax.eval_shape(lambda k: nn.meta.unbox(model.init(k, x)["params"]), jax.random.key(0))
+    p_shardings = param_shardings(model, x, mesh, layout)
+    abstract = {"params": params, "opt_state": jax.eval_shape(optimizer.init, params)}
+    shardings = {
+        "params": p_shardings,
+        "opt_state": opt_state_shardings(optimizer, params, p_shardings, mesh),
+    }
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+    )
+
+
+def start_state(
+    model: Any, optimizer: Any, x: Any, mesh: Any, layout: str, seed: int, mngr: Any
+) -> tuple[Any, int]:
+    """A fresh train state, or the newest committed checkpoint restored onto ``mesh``.
+
+    Returns the state (``helpers.train.ShardedState``) and the step it is at.
+    """
+    import jax
+
+    from helpers.train import ShardedState, init_sharded
+
+    step = None if mngr is None else mngr.latest_step()  # committed steps only
+    if step is None:
+        return init_sharded(model, x, mesh, layout, jax.random.key(seed), optimizer), 0
+    import orbax.checkpoint as ocp
+
+    target = restore_target(model, optimizer, x, mesh, layout)
+    back = mngr.restore(step, args=ocp.args.StandardRestore(target))
+    shardings = jax.tree.map(lambda t: t.sharding, target)
+    state = ShardedState(
+        **back, param_shardings=shardings["params"], opt_shardings=shardings["opt_state"]
+    )
+    print(
+        f"process {jax.process_index()} restored step {step} onto mesh {dict(mesh.shape)}",
+        flush=True,
+    )
+    return state, step
+
+
+# ---------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------
+
+
+def train(args: argparse.Namespace) -> dict[str, Any]:
+    """FSDP training over every device of every process, from step 0 or a checkpoint.
 
     The same code runs in every process, and in a single process: only ``jax.devices()``
     (all devices of the job) and ``process_rows`` (which rows are mine) differ.
     """
     import jax
-    import optax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from helpers.devices import make_mesh
-    from helpers.train import init_sharded, make_train_step
+    from helpers.train import make_train_step
 
-    cfg = model_config()
-    devices = jax.devices()  # every process's devices, not only this one's
-    n = len(devices)
-    if cfg.batch % n or cfg.d_model % n:
-        raise SystemExit(
-            f"{n} devices must divide the global batch {cfg.batch} and d_model {cfg.d_model}"
-        )
-    mesh = make_mesh((n, 1), ("data", "model"), devices=devices)
-    model, optimizer = cfg.model(), optax.adam(LEARNING_RATE)
-    # init only needs shapes: a host array of the batch's shape, not the data itself.
-    x_shape = np.zeros((cfg.batch, cfg.seq, cfg.d_model), np.float32)
-    state = init_sharded(model, x_shape, mesh, "fsdp", jax.random.key(seed), optimizer)
-    step_fn = make_train_step(model, optimizer, mesh, state, "fsdp")
-    x_sharding, y_sharding = NamedSharding(mesh, P("data")), NamedSharding(mesh, P("data"))
+    cfg, mesh = model_config(), global_mesh(args.layout)
+    model, optimizer = cfg.model(), make_optimizer()
+    x_shape = np.zeros((cfg.batch, cfg.seq, cfg.d_model), np.float32)  # init needs shapes only
+    mngr = open_checkpoints(args.checkpoint_dir, args.primary_host) if args.checkpoint_dir else None
+    state, start = start_state(model, optimizer, x_shape, mesh, args.layout, args.seed, mngr)
+    step_fn = make_train_step(model, optimizer, mesh, state, args.layout)
+    x_sharding = y_sharding = NamedSharding(mesh, P("data"))
 
-    rows = process_rows(x_sharding, x_shape.shape)
-    me = jax.process_index()
+    rows, me = process_rows(x_sharding, x_shape.shape), jax.process_index()
     print(
         f"process {me} of {jax.process_count()}: local devices "
-        f"{[d.id for d in jax.local_devices()]} of {n} global; "
+        f"{[d.id for d in jax.local_devices()]} of {mesh.size} global; "
         f"loads rows {rows.start}:{rows.stop} of each global batch of {cfg.batch}",
         flush=True,
     )
-    params, opt_state = state.params, state.opt_state
-    data_key = jax.random.key(seed + 1)
-    losses = []
-    for step in range(1, steps + 1):
+    params, opt_state, losses = state.params, state.opt_state, []
+    data_key = jax.random.key(args.seed + 1)
+    for step in range(start + 1, args.steps + 1):
         x, labels = load_batch(jax.random.fold_in(data_key, step), cfg, x_sharding, y_sharding)
         params, opt_state, loss = step_fn(params, opt_state, x, labels)
         losses.append(float(loss))  # the loss is replicated: every process holds all of it
-        if step % log_every == 0 or step == steps:
+        if step % args.log_every == 0 or step == args.steps:
             print(f"step {step:>3}  loss {losses[-1]:.6f}", flush=True)
-    return losses, params, mesh
+        if mngr is not None and args.save_every and step % args.save_every == 0:
+            save(mngr, step, params, opt_state, hold=step == args.hold_save)
+            print(f"process {me} started the save of step {step}", flush=True)
+    if mngr is not None:
+        mngr.wait_until_finished()  # a save counts once it is committed
+        mngr.close()
+    steps = list(range(start + 1, args.steps + 1))
+    state = {"params": params, "opt_state": opt_state}
+    return {"losses": losses, "steps": steps, "start": start, "state": state, "mesh": mesh}
 
 
-def save_results(path: str, losses: list[float], params: Any, mesh: Any) -> None:
-    """Gather the final parameters to every host and write them with the losses (process 0)."""
+# ---------------------------------------------------------------------------
+# What the notebook reads back
+# ---------------------------------------------------------------------------
+
+
+def save_results(path: str, run: dict[str, Any]) -> None:
+    """Gather the final train state to every host and write it with the losses (process 0)."""
     import jax
     from jax.experimental import multihost_utils
 
     from helpers.sharding import path_str
 
     # A collective: every process must call it, even those that write nothing.
-    full = multihost_utils.process_allgather(params, tiled=True)
+    full = multihost_utils.process_allgather(run["state"], tiled=True)
     if jax.process_index() != 0:
         return
     flat = {
-        "param/" + path_str(p): np.asarray(v)
+        "state/" + path_str(p): np.asarray(v)
         for p, v in jax.tree_util.tree_flatten_with_path(full)[0]
     }
-    mesh_devices = list(mesh.devices.flat)
+    mesh_devices = list(run["mesh"].devices.flat)
     np.savez(
         path,
-        losses=np.asarray(losses),
+        losses=np.asarray(run["losses"], np.float64),
+        steps=np.asarray(run["steps"], np.int64),
+        restored_step=run["start"],
         num_processes=jax.process_count(),
+        mesh_shape=np.array(run["mesh"].devices.shape),
         mesh_device_ids=np.array([d.id for d in mesh_devices]),
         mesh_process_index=np.array([d.process_index for d in mesh_devices]),
         **flat,
     )
     print(
-        f"process 0 wrote {len(flat)} parameter arrays and {len(losses)} losses to {path}",
-        flush=True,
+        f"process 0 wrote {len(flat)} arrays and {len(run['losses'])} losses to {path}", flush=True
     )
 
 
 def draw_global_mesh(path: str, mesh: Any) -> None:
-    """Process 0 draws the global mesh: every device, labelled with the process that owns it."""
+    """Process 0 draws the global mesh: every device, framed by the process that owns it."""
     import jax
 
     if jax.process_index() != 0:
@@ -279,327 +392,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         jax.config.update("jax_platforms", "cpu")
         jax.config.update("jax_num_cpu_devices", args.simulated_devices)
     connect(args)
-    losses, params, mesh = train(args.steps, args.seed, args.log_every)
+    run = train(args)
     if args.out:
-        save_results(args.out, losses, params, mesh)
+        save_results(args.out, run)
     if args.mesh_figure:
-        draw_global_mesh(args.mesh_figure, mesh)
+        draw_global_mesh(args.mesh_figure, run["mesh"])
     print(f"process {jax.process_index()} done", flush=True)
     return 0
 
 
-# ---------------------------------------------------------------------------
-# The local launcher: P processes on one machine, for the notebook and the tests
-# ---------------------------------------------------------------------------
-
-_STEP_LINE = re.compile(r"^step\s+(\d+)\b")
-
-
-def _is_chatter(line: str) -> bool:
-    """gloo's "[Gloo] Rank 3 is connected to 7 peer ranks" lines (one per device, often
-    interleaved mid-line): kept in the result, not echoed."""
-    return "peer ranks" in line or line.strip() == "[Gloo] Rank"
-
-
-@dataclass
-class ProcessOutcome:
-    """How one launched process ended."""
-
-    process_id: int
-    pid: int
-    returncode: int | None = None
-    ended_by: str = "running"  # "exited", "killed on purpose", "stopped by launcher"
-    ended_at_s: float | None = None  # seconds after launch
-    lines: list[str] = field(default_factory=list)
-
-    @property
-    def status(self) -> str:
-        rc = self.returncode
-        if rc is None:
-            return self.ended_by
-        if rc < 0:
-            name = signal.Signals(-rc).name
-            return f"{self.ended_by}: {name} (returncode {rc})"
-        return f"{self.ended_by}: returncode {rc}"
-
-
-@dataclass
-class LaunchResult:
-    """What ``launch`` saw: every process's outcome, its output, and the times."""
-
-    processes: list[ProcessOutcome]
-    elapsed_s: float
-    timed_out: bool = False
-    killed: int | None = None  # the process id killed on purpose, if any
-    killed_at_s: float | None = None
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.processes]
-
-    @property
-    def ok(self) -> bool:
-        return not self.timed_out and all(p.returncode == 0 for p in self.processes)
-
-    def lines_of(self, process_id: int) -> list[str]:
-        return self.processes[process_id].lines
-
-    def summary(self) -> str:
-        rows = [f"  process {p.process_id} (pid {p.pid}): {p.status}"
-                + (f" after {p.ended_at_s:.1f} s" if p.ended_at_s is not None else "")
-                for p in self.processes]  # fmt: skip
-        head = f"{len(self.processes)} process(es), {self.elapsed_s:.1f} s"
-        if self.timed_out:
-            head += ", TIMED OUT"
-        return "\n".join([head, *rows])
-
-    def check(self) -> LaunchResult:
-        """Raise ``RuntimeError`` with the summary unless every process exited with 0."""
-        if not self.ok:
-            raise RuntimeError("the launched processes did not all succeed:\n" + self.summary())
-        return self
-
-
-def free_loopback_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-def pid_alive(pid: int) -> bool:
-    """True while a process with this pid is running (a zombie, ended but not reaped, is not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - someone else's process reused the pid
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return True
-
-
-def local_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of locally launched processes: this one's, on CPU, unbuffered, no proxies."""
-    env = dict(os.environ)
-    # Proxies can send JAX's gRPC traffic astray (JAX warns about it); we only use loopback.
-    for key in [k for k in env if k.lower().endswith("_proxy")]:
-        del env[key]
-    env["PYTHONUNBUFFERED"] = "1"
-    env["JAX_PLATFORMS"] = "cpu"
-    # These small programs spend far longer in XLA's CPU compiler than running, and its
-    # lowest optimisation level cuts that. Every local run (the reference too) uses it.
-    flags = env.get("XLA_FLAGS", "")
-    if "xla_backend_optimization_level" not in flags:
-        env["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
-    env.update(extra or {})
-    return env
-
-
-def _end(proc: subprocess.Popen) -> None:
-    """End one launched process by its own id (and its process group, which it leads)."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        try:
-            proc.kill()
-        except ProcessLookupError:  # pragma: no cover - it ended in between
-            pass
-    proc.wait(timeout=30)
-
-
-def launch(
-    commands: Sequence[Sequence[str]],
-    *,
-    timeout_s: float,
-    kill: tuple[int, int] | None = None,
-    grace_s: float = 30.0,
-    echo: bool = True,
-    env: dict[str, str] | None = None,
-) -> LaunchResult:
-    """Run ``commands`` (one per process) at once and stream their output, ``[pI] line``.
-
-    Args:
-      timeout_s: the whole run may take this long; then every process still alive is
-        killed and the result says ``timed_out``.
-      kill: ``(process_id, step)``: SIGKILL that process as soon as it prints ``step <step>``,
-        to see what the others do when one of them dies.
-      grace_s: once a process has died, the others get this long to stop on their own
-        (JAX's heartbeat detects it); then the launcher kills them.
-      echo: print the lines as they come (the caller's stdout, e.g. a notebook cell).
-
-    Every process is started in its own process group and, however this call ends
-    (normally, on an error, or on a KeyboardInterrupt), ended by its pid before it returns.
-    """
-    t0 = time.monotonic()
-    lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
-    procs: list[subprocess.Popen] = []
-    outcomes: list[ProcessOutcome] = []
-    readers: list[threading.Thread] = []
-    result = LaunchResult(outcomes, 0.0)
-
-    def say(text: str) -> None:
-        if echo:
-            print(f"[launcher] {text}", flush=True)
-
-    def read(i: int, stream: Any) -> None:
-        for line in iter(stream.readline, ""):
-            lines.put((i, line.rstrip("\n")))
-        lines.put((i, None))
-
-    def handle(i: int, line: str) -> None:
-        outcomes[i].lines.append(line)
-        if echo and not _is_chatter(line):
-            print(f"[p{i}] {line}", flush=True)
-        if kill is not None and kill[0] == i and result.killed is None:
-            m = _STEP_LINE.match(line)
-            if m and int(m.group(1)) >= kill[1]:
-                os.kill(procs[i].pid, signal.SIGKILL)
-                result.killed, result.killed_at_s = i, time.monotonic() - t0
-                outcomes[i].ended_by = "killed on purpose"
-                say(
-                    f"killed process {i} (pid {procs[i].pid}) with SIGKILL after its step {m.group(1)}"
-                )
-
-    try:
-        for i, cmd in enumerate(commands):
-            proc = subprocess.Popen(
-                list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                env=env, start_new_session=True, bufsize=1,
-            )  # fmt: skip
-            procs.append(proc)
-            outcomes.append(ProcessOutcome(i, proc.pid))
-            t = threading.Thread(target=read, args=(i, proc.stdout), daemon=True)
-            t.start()
-            readers.append(t)
-        say(f"started {len(procs)} process(es): pids {[p.pid for p in procs]}")
-        open_streams = len(procs)
-        first_failure: float | None = None
-        while True:
-            try:
-                i, line = lines.get(timeout=0.05)
-                if line is None:
-                    open_streams -= 1
-                else:
-                    handle(i, line)
-            except queue.Empty:
-                pass
-            now = time.monotonic() - t0
-            for out, proc in zip(outcomes, procs, strict=True):
-                if out.returncode is None and proc.poll() is not None:
-                    out.returncode, out.ended_at_s = proc.returncode, now
-                    if out.ended_by == "running":
-                        out.ended_by = "exited"
-                    if proc.returncode != 0 and first_failure is None:
-                        first_failure = now
-            alive = [p for p, o in zip(procs, outcomes, strict=True) if o.returncode is None]
-            if not alive and open_streams == 0:
-                break
-            if not alive and now > max(o.ended_at_s or 0.0 for o in outcomes) + 5:
-                break  # every process ended, but something they started still holds a pipe
-            if alive and now > timeout_s:
-                result.timed_out = True
-                say(f"timeout: {timeout_s:.0f} s passed; killing pids {[p.pid for p in alive]}")
-                break
-            if alive and first_failure is not None and now > first_failure + grace_s:
-                say(f"a process died {grace_s:.0f} s ago and pids {[p.pid for p in alive]} are "
-                    "still running: killing them")  # fmt: skip
-                break
-    finally:
-        for proc, out in zip(procs, outcomes, strict=True):
-            if proc.poll() is None:
-                _end(proc)
-                out.ended_by = "stopped by launcher"
-            if out.returncode is None:
-                out.returncode, out.ended_at_s = proc.returncode, time.monotonic() - t0
-        for t in readers:
-            t.join(timeout=5)
-        while True:  # lines that arrived after the loop ended
-            try:
-                i, line = lines.get_nowait()
-            except queue.Empty:
-                break
-            if line is not None:
-                handle(i, line)
-        for proc in procs:
-            if proc.stdout is not None:
-                proc.stdout.close()
-        result.elapsed_s = time.monotonic() - t0
-    say(result.summary().replace("\n", "\n[launcher] "))
-    return result
-
-
-def script_command(*args: str) -> list[str]:
-    """``python -m helpers.multiprocess ARGS`` with this interpreter."""
-    return [sys.executable, "-m", "helpers.multiprocess", *args]
-
-
-def launch_local(
-    num_processes: int = 2,
-    devices_per_process: int = 4,
-    *,
-    steps: int = 3,
-    out: str | None = None,
-    mesh_figure: str | None = None,
-    log_every: int = 1,
-    heartbeat_timeout_s: int = 5,
-    timeout_s: float = 180.0,
-    kill: tuple[int, int] | None = None,
-    grace_s: float | None = None,
-    echo: bool = True,
-) -> LaunchResult:
-    """Start ``num_processes`` copies of the script on this machine, as one JAX job.
-
-    Each gets ``devices_per_process`` simulated CPU devices and joins a coordinator on a
-    free port of 127.0.0.1 (nothing listens on any other address). ``heartbeat_timeout_s``
-    is how long JAX waits before declaring a silent process dead (JAX's default is 100 s;
-    short here so that a failure shows quickly). See ``launch`` for the rest.
-    """
-    port = free_loopback_port()
-    common = ["--coordinator", f"{LOOPBACK}:{port}", "--num-processes", str(num_processes),
-              "--simulated-devices", str(devices_per_process), "--steps", str(steps),
-              "--log-every", str(log_every), "--heartbeat-timeout", str(heartbeat_timeout_s),
-              "--init-timeout", str(int(timeout_s))]  # fmt: skip
-    if out:
-        common += ["--out", out]
-    if mesh_figure:
-        common += ["--mesh-figure", mesh_figure]
-    commands = [script_command(*common, "--process-id", str(i)) for i in range(num_processes)]
-    if grace_s is None:
-        grace_s = 3 * heartbeat_timeout_s + 10
-    return launch(
-        commands, timeout_s=timeout_s, kill=kill, grace_s=grace_s, echo=echo, env=local_env()
-    )
-
-
-def run_reference(
-    num_devices: int = 8,
-    *,
-    steps: int = 3,
-    out: str | None = None,
-    timeout_s: float = 180.0,
-    echo: bool = True,
-) -> LaunchResult:
-    """The same script as a single process holding all ``num_devices`` simulated devices."""
-    args = ["--num-processes", "1", "--simulated-devices", str(num_devices), "--steps", str(steps)]
-    if out:
-        args += ["--out", out]
-    return launch([script_command(*args)], timeout_s=timeout_s, echo=echo, env=local_env())
-
-
-def load_results(path: str) -> dict[str, Any]:
-    """What process 0 wrote: ``losses``, ``params`` (path -> array) and the mesh's owners."""
-    with np.load(path) as z:
-        data = {k: z[k] for k in z.files}
-    params = {k.removeprefix("param/"): v for k, v in data.items() if k.startswith("param/")}
-    rest = {k: v for k, v in data.items() if not k.startswith("param/")}
-    return {**rest, "params": params}
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

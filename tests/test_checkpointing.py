@@ -219,7 +219,7 @@ def test_restore_onto_another_layout_is_bitwise_equal(saved_train_state, layout)
 
 
 def test_paused_writes_holds_the_commit_until_the_block_ends(tmp_path, mesh8):
-    original = ocp.type_handlers.ArrayHandler.serialize
+    original = ocp.type_handlers.get_type_handler(jax.Array)
     with ocp.CheckpointManager(tmp_path) as mngr:
         with paused_writes():
             mngr.save(1, args=ocp.args.StandardSave(_small_state(mesh8, 1.0)))
@@ -230,14 +230,14 @@ def test_paused_writes_holds_the_commit_until_the_block_ends(tmp_path, mesh8):
         mngr.wait_until_finished()
         assert not mngr.is_saving_in_progress()
         assert _names(tmp_path) == ["1"] and mngr.all_steps() == [1]
-    assert ocp.type_handlers.ArrayHandler.serialize is original
+    assert ocp.type_handlers.get_type_handler(jax.Array) is original
 
 
 def test_failed_save_leaves_previous_checkpoint_restorable(tmp_path, mesh8):
     good = _small_state(mesh8, 1.0)
     expected = jax.tree.map(np.asarray, good)
     absl_filters = list(logging.getLogger("absl").filters)
-    original = ocp.type_handlers.ArrayHandler.serialize
+    original = ocp.type_handlers.get_type_handler(jax.Array)
 
     mngr = ocp.CheckpointManager(tmp_path)
     mngr.save(1, args=ocp.args.StandardSave(good))
@@ -248,7 +248,7 @@ def test_failed_save_leaves_previous_checkpoint_restorable(tmp_path, mesh8):
             mngr.wait_until_finished()
     assert raised.value is injected
     mngr.close()
-    assert ocp.type_handlers.ArrayHandler.serialize is original
+    assert ocp.type_handlers.get_type_handler(jax.Array) is original
     assert logging.getLogger("absl").filters == absl_filters
 
     # On disk: step 1 committed, step 2 only a temporary directory.

@@ -157,19 +157,57 @@ def test_draw_mesh_3d_side_by_side_grids():
     assert max(left) < min(right)
 
 
-def test_draw_mesh_uses_given_axes_and_shows_processes():
-    class FakeDevice:  # a two-process mesh, which one machine cannot make for real
-        platform = "cpu"
+class _FakeDevice:  # a device of another process, which one machine cannot make for real
+    platform = "cpu"
 
-        def __init__(self, i):
-            self.id, self.process_index = i, i // 2
+    def __init__(self, i, process):
+        self.id, self.process_index = i, process
 
-    mesh = Mesh(np.array([FakeDevice(i) for i in range(4)]).reshape(2, 2), ("data", "model"))
+
+def _fake_mesh(owners, shape, names=("data", "model")):
+    devices = [_FakeDevice(1024 * p + i, p) for i, p in enumerate(owners)]
+    return Mesh(np.array(devices).reshape(shape), names)
+
+
+def _frame_edges(ax, process):
+    """The unit edges of the frame drawn around ``process``'s cells, as ((x0, y0), (x1, y1))."""
+    (frame,) = [c for c in ax.collections if c.get_gid() == f"process-frame:{process}"]
+    return {tuple(map(tuple, np.round(seg, 6))) for seg in frame.get_segments()}
+
+
+def test_draw_mesh_frames_each_process_and_names_it_beside_its_rows():
+    mesh = _fake_mesh([0, 0, 1, 1], (2, 2))  # process 0 owns row 0, process 1 row 1
     fig, ax = plt.subplots()
     assert draw_mesh(mesh, ax=ax) is ax
-    procs = [t.get_text() for t in ax.texts if (t.get_gid() or "").startswith("process:")]
-    assert procs == ["p0", "p0", "p1", "p1"]
+    # The cells keep their device colours: one colour per device, in every figure.
+    for did, rect in cells(ax):
+        assert rect.get_facecolor()[:3] == pytest.approx(mcolors.to_rgb(device_color(did)))
+    # Each frame is the outline of exactly its process's cells (row 0: y from 0 to 1).
+    assert _frame_edges(ax, 0) == {((0, 0), (1, 0)), ((1, 0), (2, 0)), ((0, 1), (1, 1)),
+                                   ((1, 1), (2, 1)), ((0, 0), (0, 1)), ((2, 0), (2, 1))}  # fmt: skip
+    assert {((0, 2), (1, 2)), ((1, 2), (2, 2))} <= _frame_edges(ax, 1)
+    labels = {t.get_gid(): t for t in ax.texts if (t.get_gid() or "").startswith("process-")}
+    assert [t.get_text() for t in labels.values()] == ["process 0", "process 1"]
+    # Each name sits to the right of its own row, not inside the cells.
+    assert [labels[f"process-label:{p}"].get_position()[1] for p in (0, 1)] == [0.5, 1.5]
+    assert all(t.get_position()[0] > 2 for t in labels.values())
+    assert not [t for t in ax.texts if (t.get_gid() or "").startswith("process:")]
     assert "2 processes" in ax.get_title()
+
+
+def test_draw_mesh_names_processes_below_columns_or_in_the_cells():
+    ax = draw_mesh(_fake_mesh([0, 0, 1, 1, 2, 2, 3, 3], (8,), names=("data",)))  # 1-D
+    labels = [t for t in ax.texts if (t.get_gid() or "").startswith("process-label:")]
+    assert [t.get_text() for t in labels] == [f"process {p}" for p in range(4)]
+    assert [t.get_position()[0] for t in labels] == [1.0, 3.0, 5.0, 7.0]  # under its columns
+    assert all(t.get_position()[1] > 1 for t in labels)
+    plt.close(ax.figure)
+
+    ax = draw_mesh(_fake_mesh([0, 1, 1, 0], (2, 2)))  # neither whole rows nor whole columns
+    inside = [t.get_text() for t in ax.texts if (t.get_gid() or "").startswith("process:")]
+    assert inside == ["p0", "p1", "p1", "p0"]
+    assert len(_frame_edges(ax, 0)) == 8  # two single cells, four edges each
+    plt.close(ax.figure)
 
 
 def test_draw_mesh_rejects_non_mesh():

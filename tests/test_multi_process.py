@@ -1,18 +1,28 @@
-"""Tests for ``helpers.multiprocess``: the launcher ends every process it starts, and a real
-two-process JAX job (gloo on loopback) trains what one process trains, starts the same way
-under a SLURM environment, and stops with a clear error when one of its processes dies.
+"""Tests for ``helpers.multiprocess``, the script every process of a JAX job runs.
 
-The real jobs take a while on a 2-core machine (each process imports JAX and compiles), so
-they are sized small: 2 processes x 4 simulated devices, 2 steps. Every launch has its own
-timeout; nothing here can hang the suite.
+Its pieces first (no job): how it joins a job, which rows a process loads, and the private
+gloo API it relies on failing clearly when a jax upgrade moves it. Then real jobs of two
+processes x 4 simulated devices (gloo on loopback): one started the way ``srun`` starts it
+trains what one process with 8 devices trains and checkpoints with orbax (each process its
+own shards, process 0 commits); that checkpoint restores bitwise in one process on other
+layouts; and a process killed in the middle of a save loses nothing: the survivor stops in
+bounded time, the partial step is never listed, and a restart continues exactly.
+
+The jobs take a while on a 2-core machine (each process imports JAX and compiles), so they
+are small (4 steps) and each runs once per session, even with pytest-xdist's workers. Every
+launch has its own timeout, and every launched process is ended by its pid.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import shutil
 import signal
 import socket
 import sys
-import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import jax
@@ -21,13 +31,16 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from helpers import make_mesh
+from helpers import compat, launcher, make_mesh
 from helpers import multiprocess as mp
+from helpers.launcher import still_alive
+from helpers.sharding import path_str
 
-PY = sys.executable
+ocp = pytest.importorskip("orbax.checkpoint")
+
 JOB_TIMEOUT_S = 300  # per launch of real JAX processes, generous for a busy machine
 HEARTBEAT_S = 5
-STEPS = 2
+STEPS, SAVE_EVERY = 4, 2
 DEATH_SIGNS = (
     "detected fatal errors",
     "heartbeat timeout",
@@ -36,25 +49,9 @@ DEATH_SIGNS = (
 )
 
 
-def _still_alive(pids: list[int], wait_s: float = 5.0) -> list[int]:
-    """The pids that are still alive after up to ``wait_s`` (orphans take a moment to be reaped)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        alive = [p for p in pids if mp.pid_alive(p)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
-
-
 # ---------------------------------------------------------------------------
 # Small pieces, no JAX job
 # ---------------------------------------------------------------------------
-
-
-def test_free_loopback_port_can_be_bound_on_loopback():
-    port = mp.free_loopback_port()
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", port))
 
 
 @pytest.mark.parametrize(
@@ -89,6 +86,17 @@ def test_connect_leaves_detection_to_jax_when_no_arguments_are_given(monkeypatch
     assert calls[0][1]["coordinator_bind_address"] == "127.0.0.1:4321"  # loopback only
 
 
+def test_the_command_line_and_the_device_counts_it_fits():
+    args = mp.parse_args(["--checkpoint-dir", "/ckpt", "--save-every", "3", "--hold-save", "6",
+                          "--layout", "fsdp_tp", "--primary-host", "1"])  # fmt: skip
+    assert (args.checkpoint_dir, args.save_every, args.hold_save) == ("/ckpt", 3, 6)
+    assert (args.layout, args.primary_host, args.steps) == ("fsdp_tp", 1, 3)
+    with pytest.raises(SystemExit):
+        mp.parse_args(["--layout", "tp"])  # not a layout the script trains
+    # The global batch (32) and d_model (64) must split over every device of the job.
+    assert [n for n in range(1, 65) if mp.fits(n)] == [1, 2, 4, 8, 16, 32]
+
+
 def test_process_rows_of_a_single_process_is_the_whole_batch():
     mesh = make_mesh((8, 1), ("data", "model"))
     assert mp.process_rows(NamedSharding(mesh, P("data")), (32, 8, 64)) == slice(0, 32)
@@ -101,134 +109,233 @@ def test_process_rows_refuses_rows_that_are_not_contiguous():
         mp.process_rows(fake, (16,))
 
 
-# ---------------------------------------------------------------------------
-# The launcher, on plain Python processes
-# ---------------------------------------------------------------------------
+def test_gloo_on_loopback_registers_a_cpu_factory(monkeypatch):
+    from jax._src import xla_bridge
+
+    calls = []
+    monkeypatch.setattr(xla_bridge, "register_backend_factory", lambda *a, **k: calls.append(a))
+    compat.gloo_on_loopback(mp.is_loopback)
+    assert [c[0] for c in calls] == ["cpu"] and callable(calls[0][1])
 
 
-def test_launch_streams_prefixed_lines_and_reports_exit_codes(capsys):
-    result = mp.launch(
-        [[PY, "-c", "print('a'); print('b')"], [PY, "-c", "import sys; print('c'); sys.exit(3)"]],
-        timeout_s=60,
+def test_gloo_on_loopback_fails_clearly_when_jax_moves_its_private_api(monkeypatch):
+    from jax._src import distributed, xla_bridge
+    from jax._src.lib import _jax
+
+    registered = []
+    monkeypatch.setattr(
+        xla_bridge, "register_backend_factory", lambda *a, **k: registered.append(a)
     )
-    out = capsys.readouterr().out
-    assert "[p0] a\n[p0] b\n" in out and "[p1] c\n" in out
-    assert result.lines_of(0) == ["a", "b"] and result.lines_of(1) == ["c"]
-    assert [p.returncode for p in result.processes] == [0, 3]
-    assert not result.ok
-    with pytest.raises(RuntimeError, match="returncode 3"):
-        result.check()
-
-
-def test_launch_kills_every_process_and_its_children_at_the_timeout():
-    # The process starts a child of its own (same process group) and then hangs.
-    code = (
-        "import subprocess, sys, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-        "print(child.pid, flush=True)\n"
-        "time.sleep(120)\n"
-    )
-    t0 = time.monotonic()
-    result = mp.launch([[PY, "-c", code]], timeout_s=3, echo=False)
-    assert result.timed_out and time.monotonic() - t0 < 30
-    assert result.processes[0].ended_by == "stopped by launcher"
-    grandchild = int(result.lines_of(0)[0])
-    assert _still_alive([*result.pids, grandchild]) == []
-
-
-def test_launch_stops_the_others_after_a_failure_and_the_grace_period():
-    result = mp.launch(
-        [[PY, "-c", "import time; time.sleep(120)"], [PY, "-c", "import sys; sys.exit(1)"]],
-        timeout_s=60, grace_s=1, echo=False,
-    )  # fmt: skip
-    assert not result.timed_out and result.elapsed_s < 30
-    assert result.processes[1].ended_by == "exited" and result.processes[1].returncode == 1
-    assert result.processes[0].ended_by == "stopped by launcher"
-    assert _still_alive(result.pids) == []
-
-
-def test_launch_kills_a_process_after_the_step_it_reports():
-    code = "import time\nfor i in range(1, 2000):\n    print(f'step {i:>3}  loss 1.0', flush=True)\n    time.sleep(0.05)\n"
-    result = mp.launch([[PY, "-c", code]], timeout_s=60, kill=(0, 2), echo=False)
-    p = result.processes[0]
-    assert result.killed == 0 and p.ended_by == "killed on purpose"
-    assert p.returncode == -signal.SIGKILL
-    assert "step   2  loss 1.0" in p.lines and len(p.lines) < 100
-    assert _still_alive(result.pids) == []
+    with monkeypatch.context() as m:  # a jax where the gloo factory moved
+        m.delattr(_jax, "make_gloo_tcp_collectives")
+        with pytest.raises(RuntimeError, match=rf"jax {jax.__version__} has no "
+                           r"jax\._src\.lib\._jax\.make_gloo_tcp_collectives\. .*Nothing was changed"):  # fmt: skip
+            compat.gloo_on_loopback(mp.is_loopback)
+    with monkeypatch.context() as m:  # ... or the distributed state lost an attribute
+        m.setattr(distributed, "global_state", SimpleNamespace(client=None))
+        with pytest.raises(RuntimeError, match=r"global_state\.coordinator_address"):
+            compat.gloo_on_loopback(mp.is_loopback)
+    with monkeypatch.context() as m:  # ... or a module is gone
+        m.setitem(sys.modules, "jax._src.lib", None)
+        with pytest.raises(RuntimeError, match=r"has no the module jax\._src\.lib"):
+            compat.gloo_on_loopback(mp.is_loopback)
+    assert registered == []  # nothing was half-done
 
 
 # ---------------------------------------------------------------------------
-# Real JAX jobs
+# Real JAX jobs, each run once per session (shared by pytest-xdist's workers)
 # ---------------------------------------------------------------------------
+
+
+def _once(tmp_path_factory, name: str, run) -> dict:
+    """``run(directory)`` once per session, whichever worker asks first; its JSON result."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by every worker of this session
+    directory, done = root / name, root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not done.exists():
+                directory.mkdir(exist_ok=True)
+                done.write_text(json.dumps(run(directory)))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return {**json.loads(done.read_text()), "dir": directory}
+
+
+def _outcome(run: launcher.LaunchResult) -> dict:
+    assert still_alive(run.pids) == [], "a launched process outlived its launch"
+    return {"lines": [p.lines for p in run.processes], "status": [p.status for p in run.processes],
+            "returncodes": [p.returncode for p in run.processes],
+            "ended_by": [p.ended_by for p in run.processes],
+            "ended_at_s": [p.ended_at_s for p in run.processes],
+            "killed": run.killed, "killed_at_s": run.killed_at_s, "timed_out": run.timed_out}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """One process with all 8 simulated devices: what the multi-process runs must match."""
-    out = str(tmp_path_factory.mktemp("reference") / "reference.npz")
-    run = mp.run_reference(8, steps=STEPS, out=out, timeout_s=JOB_TIMEOUT_S, echo=False).check()
-    assert _still_alive(run.pids) == []
-    return mp.load_results(out)
+    """One process with all 8 simulated devices: what the two-process runs must match."""
+
+    def run(d: Path) -> dict:
+        out = str(d / "reference.npz")
+        args = ["--steps", str(STEPS), "--out", out]
+        return _outcome(
+            launcher.launch_single(8, args, timeout_s=JOB_TIMEOUT_S, echo=False).check()
+        )
+
+    return _once(tmp_path_factory, "reference", run)
 
 
-def _assert_same_training(result: dict, reference: dict) -> None:
-    np.testing.assert_allclose(result["losses"], reference["losses"], rtol=1e-5, atol=1e-5)
-    assert result["params"].keys() == reference["params"].keys() and len(result["params"]) == 16
-    for k, v in result["params"].items():
-        np.testing.assert_allclose(v, reference["params"][k], rtol=1e-5, atol=1e-5, err_msg=k)
-
-
-def test_two_processes_train_what_one_process_trains(reference, tmp_path):
-    out = str(tmp_path / "multi.npz")
-    run = mp.launch_local(2, 4, steps=STEPS, out=out, timeout_s=JOB_TIMEOUT_S, echo=False).check()
-    assert _still_alive(run.pids) == []
-
-    # Each process loads its own half of every batch, and both see the same losses.
-    assert any("loads rows 0:16 of each global batch of 32" in line for line in run.lines_of(0))
-    assert any("loads rows 16:32 of each global batch of 32" in line for line in run.lines_of(1))
-    steps = [[line for line in run.lines_of(i) if line.startswith("step")] for i in (0, 1)]
-    assert len(steps[0]) == STEPS and steps[0] == steps[1]
-
-    result = mp.load_results(out)
-    assert list(result["mesh_process_index"]) == [0, 0, 0, 0, 1, 1, 1, 1]
-    _assert_same_training(result, reference)
-
-
-def test_srun_style_launch_detects_the_job_from_slurm_variables(reference, tmp_path):
-    # What `srun python -m helpers.multiprocess` sees: no --coordinator/--num-processes/
-    # --process-id, only SLURM's variables. JAX derives the coordinator's port from the job
-    # id (61440 + id % 4096); pick a job id whose port is free, and keep it on loopback.
+def _free_slurm_job_id() -> tuple[int, int]:
+    # JAX derives the coordinator's port from the job id (61440 + id % 4096).
     for job_id in range(4096):
         port = 61440 + job_id
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 s.bind(("127.0.0.1", port))
-            break
+            return job_id, port
         except OSError:
             continue
-    out = str(tmp_path / "srun.npz")
-    commands = [
-        ["env", f"SLURM_JOB_ID={job_id}", "SLURM_STEP_NODELIST=127.0.0.1", "SLURM_NTASKS=2",
-         f"SLURM_PROCID={i}", f"SLURM_LOCALID={i}", f"JAX_COORDINATOR_BIND_ADDRESS=127.0.0.1:{port}",
-         *mp.script_command("--simulated-devices", "4", "--steps", str(STEPS), "--out", out,
-                            "--heartbeat-timeout", str(HEARTBEAT_S), "--init-timeout", "120")]
-        for i in (0, 1)
-    ]  # fmt: skip
-    run = mp.launch(commands, timeout_s=JOB_TIMEOUT_S, echo=False, env=mp.local_env()).check()
-    assert _still_alive(run.pids) == []
-    assert any(line.startswith("process 1 of 2:") for line in run.lines_of(1))
-    _assert_same_training(mp.load_results(out), reference)
+    raise RuntimeError("no free port in 61440..65535 for a SLURM-style job")  # pragma: no cover
 
 
-def test_a_dead_process_stops_the_others_within_a_bounded_time():
-    run = mp.launch_local(2, 4, steps=300, kill=(1, 2), heartbeat_timeout_s=HEARTBEAT_S,
-                          timeout_s=JOB_TIMEOUT_S, echo=False)  # fmt: skip
-    assert run.killed == 1 and not run.timed_out
-    killed, survivor = run.processes[1], run.processes[0]
-    assert killed.ended_by == "killed on purpose" and killed.returncode == -signal.SIGKILL
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Two processes started as `srun` starts them (SLURM variables only), checkpointing."""
+
+    def run(d: Path) -> dict:
+        job_id, port = _free_slurm_job_id()
+        args = ["--simulated-devices", "4", "--steps", str(STEPS), "--save-every", str(SAVE_EVERY),
+                "--checkpoint-dir", str(d / "checkpoints"), "--out", str(d / "trained.npz"),
+                "--heartbeat-timeout", str(HEARTBEAT_S), "--init-timeout", "120"]  # fmt: skip
+        commands = [
+            ["env", f"SLURM_JOB_ID={job_id}", "SLURM_STEP_NODELIST=127.0.0.1", "SLURM_NTASKS=2",
+             f"SLURM_PROCID={i}", f"SLURM_LOCALID={i}",
+             f"JAX_COORDINATOR_BIND_ADDRESS=127.0.0.1:{port}", *launcher.script_command(*args)]
+            for i in (0, 1)
+        ]  # fmt: skip
+        job = launcher.launch(
+            commands, timeout_s=JOB_TIMEOUT_S, echo=False, env=launcher.local_env()
+        )
+        return _outcome(job.check())
+
+    return _once(tmp_path_factory, "trained", run)
+
+
+def test_a_job_started_by_slurm_trains_what_one_process_trains(trained, reference):
+    lines = trained["lines"]
+    assert any(line.startswith("process 1 of 2:") for line in lines[1])
+    # Each process loads its own half of every batch, and both see the same losses.
+    assert any("loads rows 0:16 of each global batch of 32" in line for line in lines[0])
+    assert any("loads rows 16:32 of each global batch of 32" in line for line in lines[1])
+    steps = [[line for line in lines[i] if line.startswith("step")] for i in (0, 1)]
+    assert len(steps[0]) == STEPS and steps[0] == steps[1]
+
+    result = launcher.load_results(trained["dir"] / "trained.npz")
+    ref = launcher.load_results(reference["dir"] / "reference.npz")
+    assert list(result["mesh_process_index"]) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert result["steps"].tolist() == ref["steps"].tolist() == list(range(1, STEPS + 1))
+    np.testing.assert_allclose(result["losses"], ref["losses"], rtol=1e-5, atol=1e-5)
+    assert result["params"].keys() == ref["params"].keys() and len(result["params"]) == 16
+    for k, v in result["state"].items():  # parameters and Adam's moments alike
+        np.testing.assert_allclose(v, ref["state"][k], rtol=1e-5, atol=1e-5, err_msg=k)
+
+
+def test_each_process_writes_its_own_shards_and_process_0_commits(trained):
+    directory = trained["dir"] / "checkpoints"
+    assert sorted(p.name for p in directory.iterdir()) == ["2", "4"]
+    for step in ("2", "4"):
+        item = directory / step / "default"
+        for i in (0, 1):  # each process's shards, in its own OCDBT store
+            data = [f for f in (item / f"ocdbt.process_{i}").rglob("*") if f.is_file()]
+            assert sum(f.stat().st_size for f in data) > 100_000, (step, i)
+        # Written once, by the primary host: the tree, the shardings, the index of both stores.
+        assert all((item / name).is_file() for name in ("_METADATA", "_sharding", "manifest.ocdbt"))
+    lines = trained["lines"]
+    assert [ln for ln in lines[0] if "commits step" in ln] == ["process 0 commits step 2",
+                                                               "process 0 commits step 4"]  # fmt: skip
+    assert not [ln for ln in lines[1] if "commits step" in ln]
+
+
+@pytest.mark.parametrize(("n", "layout"), [(8, "fsdp"), (4, "fsdp_tp"), (4, "dp")])
+def test_the_checkpoint_of_two_processes_restores_bitwise_in_one(trained, n, layout):
+    saved = launcher.load_results(trained["dir"] / "trained.npz")["state"]
+    cfg = mp.model_config()
+    model, optimizer = cfg.model(), mp.make_optimizer()
+    x = np.zeros((cfg.batch, cfg.seq, cfg.d_model), np.float32)
+    shape = (2, 2) if layout == "fsdp_tp" else (n, 1)
+    mesh = make_mesh(shape, ("data", "model"), devices=jax.devices()[:n])
+    target = mp.restore_target(model, optimizer, x, mesh, layout)
+    with ocp.CheckpointManager(trained["dir"] / "checkpoints") as mngr:
+        assert mngr.all_steps() == [2, 4]
+        back = mngr.restore(STEPS, args=ocp.args.StandardRestore(target))
+    flat = {path_str(p): v for p, v in jax.tree_util.tree_flatten_with_path(back)[0]}
+    assert flat.keys() == saved.keys()
+    for k, v in flat.items():
+        assert v.dtype == saved[k].dtype and np.array_equal(np.asarray(v), saved[k]), k
+        assert {d.id for d in v.devices()} <= set(range(n))
+    kernel = back["params"]["block_0"]["up"]["kernel"]  # (64, 256): embed x mlp
+    expected = {"fsdp": (64 // n, 256), "fsdp_tp": (32, 128), "dp": (64, 256)}[layout]
+    assert kernel.sharding.shard_shape(kernel.shape) == expected
+
+
+@pytest.fixture(scope="module")
+def killed_mid_save(tmp_path_factory):
+    """Process 1 is killed while its part of the save of step 4 is in flight."""
+
+    def run(d: Path) -> dict:
+        args = ["--steps", "300", "--save-every", str(SAVE_EVERY), "--log-every", str(SAVE_EVERY),
+                "--checkpoint-dir", str(d / "checkpoints")]  # fmt: skip
+        drill = launcher.launch_local(
+            2, 4, args, per_process={1: ["--hold-save", "4"]},
+            kill=(1, r"started the save of step 4$"), heartbeat_timeout_s=HEARTBEAT_S,
+            timeout_s=JOB_TIMEOUT_S, echo=False,
+        )  # fmt: skip
+        return _outcome(drill)
+
+    return _once(tmp_path_factory, "killed_mid_save", run)
+
+
+def test_a_process_killed_mid_save_stops_the_job_and_leaves_the_last_commit(killed_mid_save):
+    drill = killed_mid_save
+    assert drill["killed"] == 1 and not drill["timed_out"]
+    assert (
+        drill["ended_by"][1] == "killed on purpose" and drill["returncodes"][1] == -signal.SIGKILL
+    )
     # The survivor was stopped by JAX itself (not by the launcher), with an error that says why.
-    assert survivor.ended_by == "exited" and survivor.returncode != 0, survivor.status
-    assert survivor.ended_at_s - run.killed_at_s < 3 * HEARTBEAT_S + 10
-    said_why = any(sign in line for line in survivor.lines for sign in DEATH_SIGNS)
-    assert said_why, survivor.lines[-20:]
-    assert _still_alive(run.pids) == []
+    assert drill["ended_by"][0] == "exited" and drill["returncodes"][0] != 0, drill["status"]
+    assert drill["ended_at_s"][0] - drill["killed_at_s"] < 3 * HEARTBEAT_S + 10
+    assert any(sign in line for line in drill["lines"][0] for sign in DEATH_SIGNS)
+    assert not any("commits step 4" in line for line in drill["lines"][0])
+
+    directory = drill["dir"] / "checkpoints"
+    names = sorted(p.name for p in directory.iterdir())
+    assert names[0] == "2" and len(names) == 2 and names[1].startswith("4.orbax-checkpoint-tmp")
+    with ocp.CheckpointManager(
+        directory, options=ocp.CheckpointManagerOptions(read_only=True)
+    ) as m:
+        assert m.all_steps() == [2] and m.latest_step() == 2  # the partial step is never listed
+
+
+def test_a_restart_after_the_kill_trains_exactly_as_the_uninterrupted_job(
+    killed_mid_save, trained, tmp_path
+):
+    # A copy, so that the drill's own directory stays as the kill left it for the other test.
+    directory = tmp_path / "checkpoints"
+    shutil.copytree(killed_mid_save["dir"] / "checkpoints", directory)
+    out = tmp_path / "resumed.npz"
+    args = ["--steps", str(STEPS), "--save-every", str(SAVE_EVERY), "--checkpoint-dir",
+            str(directory), "--out", str(out)]  # fmt: skip
+    resumed = launcher.launch_local(2, 4, args, timeout_s=JOB_TIMEOUT_S, echo=False).check()
+    assert still_alive(resumed.pids) == []
+    assert any("restored step 2" in line for line in resumed.lines_of(1))
+    got, uninterrupted = (
+        launcher.load_results(out),
+        launcher.load_results(trained["dir"] / "trained.npz"),
+    )
+    assert got["restored_step"] == 2 and got["steps"].tolist() == [3, 4]
+    assert got["losses"].tolist() == uninterrupted["losses"][2:].tolist()  # bit for bit
+    for k, v in got["state"].items():
+        assert np.array_equal(v, uninterrupted["state"][k]), k
+    assert sorted(p.name for p in directory.iterdir()) == ["2", "4"]  # the debris is gone
