@@ -55,6 +55,64 @@ def _is_chatter(line: str) -> bool:
     return "peer ranks" in line or line.strip() == "[Gloo] Rank"
 
 
+_CHAINED = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+
+
+class _Folder:
+    """Folds what a dying process prints into what a reader needs, for the echo only.
+
+    A Python traceback becomes its last line, the exception (``JaxRuntimeError: ...
+    Connection closed by peer``), and a C++ stack trace (absl's ``*** Check failure stack
+    trace: ***`` and its ``@ 0x...`` frames) one line saying it was folded. Every line
+    stays in the result (``LaunchResult.lines_of``); only what is printed is shorter.
+    """
+
+    def __init__(self) -> None:
+        self.python = 0  # lines of a Python traceback folded so far (0: not in one)
+        self.native = 0  # lines of a C++ stack trace folded so far
+
+    def feed(self, line: str) -> list[str]:
+        out = []
+        if self.native and not _is_native_frame(line):
+            out.append(f"({self.native} lines of a C++ stack trace folded)")
+            self.native = 0
+        if self.python:
+            if line.startswith((" ", "\t")) or not line.strip() or line in _CHAINED:
+                self.python += 1
+                return out
+            if line.startswith("Traceback (most recent call last):"):
+                self.python += 1
+                return out
+            folded, self.python = self.python, 0
+            return [*out, f"{line}   ({folded} lines of traceback folded)"]
+        if line.startswith("Traceback (most recent call last):") or line in _CHAINED:
+            self.python = 1
+            return out
+        if _is_native_frame(line):
+            self.native += 1
+            return out
+        return [*out, line]
+
+    def flush(self) -> list[str]:
+        out = []
+        if self.python:
+            out.append(f"({self.python} lines of an unfinished traceback folded)")
+        if self.native:
+            out.append(f"({self.native} lines of a C++ stack trace folded)")
+        self.python = self.native = 0
+        return out
+
+
+def _is_native_frame(line: str) -> bool:
+    text = line.strip()
+    return text.startswith(("@ 0x", "@     0x", "PC: @", "*** ")) or (
+        text.startswith("@") and "0x" in text[:24]
+    )
+
+
 @dataclass
 class ProcessOutcome:
     """How one launched process ended."""
@@ -214,7 +272,9 @@ def launch(
         It shows what the others do when one of them dies.
       grace_s: once a process has died, the others get this long to stop on their own
         (JAX's heartbeat detects it); then the launcher kills them.
-      echo: print the lines as they come (the caller's stdout, e.g. a notebook cell).
+      echo: print the lines as they come (the caller's stdout, e.g. a notebook cell). A
+        Python traceback is printed as its last line, the exception, and a C++ stack
+        trace as one line; the result keeps every line.
       labels: the prefix of each process's lines; default ``p0``, ``p1``, ...
 
     Every process is started in its own process group and, however this call ends
@@ -231,6 +291,7 @@ def launch(
     outcomes: list[ProcessOutcome] = []
     readers: list[threading.Thread] = []
     result = LaunchResult(outcomes, 0.0)
+    folders = [_Folder() for _ in commands]
 
     def say(text: str) -> None:
         if echo:
@@ -244,7 +305,8 @@ def launch(
     def handle(i: int, line: str) -> None:
         outcomes[i].lines.append(line)
         if echo and not _is_chatter(line):
-            print(f"[{outcomes[i].label}] {line}", flush=True)
+            for shown in folders[i].feed(line):
+                print(f"[{outcomes[i].label}] {shown}", flush=True)
         if pattern is not None and kill is not None and kill[0] == i and result.killed is None:
             if pattern.search(line) and procs[i].poll() is None:
                 os.kill(procs[i].pid, signal.SIGKILL)
@@ -312,6 +374,10 @@ def launch(
                 break
             if line is not None:
                 handle(i, line)
+        if echo:
+            for out, folder in zip(outcomes, folders, strict=False):
+                for shown in folder.flush():
+                    print(f"[{out.label}] {shown}", flush=True)
         for proc in procs:
             if proc.stdout is not None:
                 proc.stdout.close()

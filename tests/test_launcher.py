@@ -137,3 +137,49 @@ def test_load_results_splits_the_state_and_its_parameters(tmp_path):
     got = launcher.load_results(path)
     assert sorted(got["state"]) == ["opt_state/0/mu/w", "params/w"]
     assert list(got["params"]) == ["w"] and got["losses"].tolist() == [1.0, 0.5]
+
+
+def test_a_dying_process_prints_its_exception_not_its_traceback(capsys):
+    script = (
+        "import sys\n"
+        "print('step 1 done', flush=True)\n"
+        "sys.stderr.write('*** Check failure stack trace: ***\\n    @     0x7f00 abort\\n"
+        "    @     0x7f01 raise\\n')\n"
+        "def f():\n    raise RuntimeError('Gloo AllGather failed: Connection closed by peer')\n"
+        "f()\n"
+    )
+    result = launcher.launch([[sys.executable, "-c", script]], timeout_s=60)
+    out = capsys.readouterr().out
+    shown = [line for line in out.splitlines() if line.startswith("[p0]")]
+    assert "[p0] step 1 done" in shown
+    assert any(
+        line.startswith("[p0] RuntimeError: Gloo AllGather failed") and "traceback folded" in line
+        for line in shown
+    )
+    assert "[p0] (3 lines of a C++ stack trace folded)" in shown
+    assert "Traceback (most recent call last)" not in out and "0x7f00" not in out
+    # The result keeps every line, for tests and for a reader who wants them.
+    assert "Traceback (most recent call last):" in result.lines_of(0)
+    assert any("0x7f00" in line for line in result.lines_of(0))
+
+
+def test_folder_keeps_ordinary_output_and_folds_chained_tracebacks():
+    folder = launcher._Folder()
+    lines = [
+        "loss 1.0",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "KeyError: 'a'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 3, in <module>',
+        "ValueError: b",
+        "done",
+    ]
+    shown = [s for line in lines for s in folder.feed(line) + [] if s] + folder.flush()
+    assert shown[0] == "loss 1.0"
+    assert shown[1].startswith("KeyError: 'a'")
+    assert shown[2].startswith("ValueError: b") and "folded" in shown[2]
+    assert shown[3:] == ["done"]
