@@ -94,7 +94,7 @@ def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
 
 
 CASES: tuple[tuple[str, bool], ...] = (("dp", False), ("fsdp", False), ("fsdp", True))
-#: A marks label goes left of its line only past this fraction of the token axis (room).
+#: A mark's label goes left of its line only past this fraction of the token axis (room).
 _LABEL_ROOM = 0.35
 
 
