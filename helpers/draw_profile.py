@@ -94,6 +94,8 @@ def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
 
 
 CASES: tuple[tuple[str, bool], ...] = (("dp", False), ("fsdp", False), ("fsdp", True))
+#: A mark's label goes left of its line only past this fraction of the token axis (room).
+_LABEL_ROOM = 0.35
 
 
 def _label(case: tuple[str, bool]) -> str:
@@ -175,15 +177,23 @@ def plot_projection(
                     marks.append((k, " = ".join(labels), colour))
     if scaling_book is not None:
         marks.append((scaling_book, "scaling book C/W", "k"))
+    span = np.log(tokens.max() / tokens.min())
     for n, (k, label, colour) in enumerate(marks):
         book = label == "scaling book C/W"
         ax.axvline(k, color=colour, ls="-." if book else ":", lw=1)
+        # A label runs away from the nearest other mark, so that it never crosses that
+        # mark's line (the knee and C/W sit close together); to the left only where
+        # there is room for it.
+        others = [m[0] for j, m in enumerate(marks) if j != n]
+        nearest = min(others, key=lambda o: abs(np.log(o / k)), default=0.0)
+        left = nearest > k and np.log(k / tokens.min()) / span > _LABEL_ROOM
         ax.annotate(
             f"{label}: {k:,.0f} tokens" if book else f"knee ({label}): {k:,.0f} tokens",
             (k, 0.95 - 0.07 * n),
             xycoords=("data", "axes fraction"),
-            xytext=(3, 0),
+            xytext=(-3 if left else 3, 0),
             textcoords="offset points",
+            ha="right" if left else "left",
             fontsize=8,
             color=colour,
             bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1},

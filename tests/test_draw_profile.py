@@ -81,3 +81,26 @@ def test_plot_projection_joins_cases_whose_lines_coincide():
     assert "fsdp = fsdp_all, NVLink" in labels and "compute alone, remat (8/6)" not in labels
     assert np.isfinite(ax.get_lines()[1].get_ydata()).all()
     plt.close(ax.figure)
+
+
+@pytest.mark.parametrize("bandwidth", [cm.NVLINK4, cm.PCIE5_X16])
+def test_plot_projection_labels_cross_no_other_mark_and_stay_inside(bandwidth):
+    # The knee (1,923 tokens on NVLink 4) sits 12% left of C/W (2,198): a label written
+    # rightwards from the knee used to run across the C/W line. On PCIe the order flips.
+    cfg = profile.PRESETS["gpu"]
+    c_over_w = cm.compute_bound_tokens(989e12, bandwidth)
+    ax = plot_projection(cfg, 8, 989e12, {"link": bandwidth}, bytes_per_param=2,
+                         scaling_book=c_over_w)  # fmt: skip
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    marks = [line for line in ax.get_lines() if line.get_linestyle() in (":", "-.")]
+    xs = [ax.transData.transform((line.get_xdata()[0], 1))[0] for line in marks]
+    assert len(xs) == 2
+    inside = ax.get_window_extent(renderer)
+    for text in ax.texts:
+        box = text.get_window_extent(renderer)
+        crossed = [x for x in xs if box.x0 + 1 < x < box.x1 - 1]
+        assert not crossed, f"{text.get_text()!r} runs across a mark's line"
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1, f"{text.get_text()!r} is clipped"
+    plt.close(fig)
