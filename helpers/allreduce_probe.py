@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from helpers.multiprocess import LOOPBACK, connect, free_loopback_port, launch
+from helpers.launcher import LOOPBACK, free_loopback_port, launch
+from helpers.multiprocess import connect
 
 NVSHMEM_FLAG = "--xla_gpu_experimental_enable_nvshmem=true"
 _RESULT = "RESULT "
