@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib import colors as mcolors
 
@@ -110,6 +110,7 @@ def test_schedules_and_counts_refuse_what_is_not_a_positive_whole_number(bad, go
         tag_blocks(bad, good)
 
 
+@settings(max_examples=15)
 @given(collectives, st.integers(1, 8))
 def test_draw_collective_draws_the_layouts_in_source_colours(collective, n):
     before, after = expected_blocks(collective, n)
@@ -135,6 +136,7 @@ def test_draw_collective_draws_the_layouts_in_source_colours(collective, n):
         plt.close(fig)
 
 
+@settings(max_examples=15)
 @given(st.integers(1, 8), st.integers(1, 12))
 def test_draw_pipeline_schedule_draws_every_cell(s, m):
     sched = gpipe_schedule(s, m)

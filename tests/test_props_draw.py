@@ -34,7 +34,7 @@ def _close_figures():
     plt.close("all")
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(st.data())
 def test_draw_sharding_draws_exactly_the_layout_in_device_colours(data):
     mesh = data.draw(meshes())

@@ -38,7 +38,7 @@ def _shard_bytes(tree) -> Counter:
     return total
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(st.data())
 def test_memory_per_device_is_the_sum_of_its_shards_and_matches_the_plan(data):
     mesh = data.draw(meshes())
@@ -59,7 +59,7 @@ def test_memory_per_device_is_the_sum_of_its_shards_and_matches_the_plan(data):
     assert sum(held.values()) == expected
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(st.data())
 def test_sharding_table_totals_are_the_trees_bytes(data):
     mesh = data.draw(meshes())

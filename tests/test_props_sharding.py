@@ -26,7 +26,7 @@ from helpers import (
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=80)
 @given(st.data())
 def test_check_spec_accepts_exactly_what_jax_can_place(data):
     mesh = data.draw(meshes())
@@ -65,7 +65,7 @@ def test_shard_tree_places_every_leaf_as_asked_or_refuses_before_jax(data):
         assert "jaxlib" not in "".join(str(e.path) for e in info.traceback)
 
 
-@settings(max_examples=60)
+@settings(max_examples=30)
 @given(st.data())
 def test_shard_layout_tiles_the_array_once_per_replica(data):
     mesh = data.draw(meshes())
