@@ -95,9 +95,16 @@ def check_spec(
     """Raise ``ValueError`` unless ``spec`` can lay out an array of ``shape`` on ``mesh``.
 
     The message names the parameter, its shape and the offending mesh axis, instead of
-    the error XLA would raise from deep inside ``device_put``.
+    the error XLA would raise from deep inside ``device_put``. A ``spec`` that is not a
+    ``PartitionSpec`` (a plain tuple, say) raises ``TypeError``, naming the parameter.
     """
     shape = tuple(shape)
+    if not isinstance(spec, PartitionSpec):
+        fix = f"; write P{tuple(spec)!r}" if isinstance(spec, tuple | list) else ""
+        raise TypeError(
+            f"'{name}' (shape {shape}): the spec {spec!r} is a {type(spec).__name__}, not a "
+            f"PartitionSpec{fix}."
+        )
     if len(spec) > len(shape):
         hint = (
             " Use PartitionSpec() to replicate an array of any rank."

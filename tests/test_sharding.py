@@ -61,6 +61,17 @@ def test_axis_used_twice(mesh):
         check_spec((8, 8), P("data", "data"), mesh, "w")
 
 
+def test_spec_that_is_not_a_partition_spec(mesh):
+    with pytest.raises(
+        TypeError,
+        match=r"'kernel' \(shape \(64, 16\)\): the spec \(None, 'model'\) is a tuple, not a "
+        r"PartitionSpec; write P\(None, 'model'\)",
+    ):
+        check_spec((64, 16), (None, "model"), mesh, "kernel")
+    with pytest.raises(TypeError, match=r"'b' \(shape \(16,\)\): the spec 'model' is a str"):
+        check_spec((16,), "model", mesh, "b")
+
+
 def test_valid_specs_pass(mesh):
     check_spec((), P(), mesh)
     check_spec((8, 6), P("data", "model"), mesh)
