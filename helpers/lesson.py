@@ -172,6 +172,14 @@ def check(
             )
         )
         return
+    if type(verdict).__name__ in ("bool_", "bool") or getattr(verdict, "shape", None) == ():
+        # numpy's np.True_ and a 0-d jax/numpy boolean array (from `answer == x`) are
+        # verdicts too
+        if getattr(verdict, "dtype", None) is not None and str(verdict.dtype) != "bool":
+            raise TypeError(
+                f"check: verify returned {verdict!r}; it must return True, False or a message."
+            )
+        verdict = bool(verdict)
     if verdict is True:
         print(_wrap(f"{RIGHT}." + (f" {right}" if right else "")))
     elif isinstance(verdict, str) and verdict:

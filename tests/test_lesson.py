@@ -141,3 +141,15 @@ def test_exercises_finds_the_three_parts_with_markdown_between():
 def test_exercises_refuses_parts_out_of_order(roles):
     with pytest.raises(ValueError):
         exercises(_nb(*roles))
+
+
+def test_check_takes_numpy_and_jax_booleans_as_verdicts(capsys):
+    import jax.numpy as jnp
+    import numpy as np
+
+    check(3, lambda a: np.int64(a) == 3)
+    check(3, lambda a: jnp.asarray(a) == 4)
+    right, wrong = capsys.readouterr().out.strip().split("\n")
+    assert right.startswith(RIGHT) and wrong.startswith(WRONG)
+    with pytest.raises(TypeError, match="must return True, False or a message"):
+        check(3, lambda a: np.float32(1.0))
