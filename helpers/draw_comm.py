@@ -155,7 +155,8 @@ def draw_pipeline_schedule(
     """A pipeline's schedule: one row per stage, one column per tick.
 
     A busy cell has its stage's device colour and the micro-batch's number; an idle cell
-    (the bubble) is pale grey. The title gives the bubble fraction unless ``title`` is set.
+    (the bubble) is pale grey, lighter than any device's colour (device 7's is a mid grey), and
+    has no number. The title gives the bubble fraction unless ``title`` is set.
 
     Args:
       schedule: ``(stages, ticks)`` ints, the micro-batch each stage works on at each
@@ -207,8 +208,8 @@ def draw_pipeline_schedule(
     n_micro = int(a.max()) + 1 if (a >= 0).any() else 0
     ax.set_title(
         title
-        or f"{stages} stages, {n_micro} micro-batches (the number in each cell): bubble "
-        f"{bubble_fraction(a):.1%} (grey: idle)",
+        or f"{stages} stages, {n_micro} micro-batches: bubble {bubble_fraction(a):.1%}\n"
+        "(in each cell its micro-batch; pale grey: idle)",
         fontsize=10.5,
     )
     return ax

@@ -88,7 +88,10 @@ def test_pipeline_schedule_cells_say_stage_tick_micro():
     assert cells[(2, 3)][0] == 1  # micro-batch 1 reaches stage 2 at tick 3
     assert cells[(0, 5)][0] == -1  # stage 0 idles at the end
     assert mcolors.to_hex(cells[(1, 1)][1].get_facecolor()) == device_color(6)  # stage 1 on dev 6
-    assert "bubble 33.3%" in ax.get_title()
+    assert "bubble 33.3%" in ax.get_title() and "pale grey: idle" in ax.get_title()
+    idle = mcolors.to_rgb(cells[(0, 5)][1].get_facecolor())
+    assert all(mcolors.to_rgb(device_color(d)) != idle for d in range(8))
+    assert min(idle) > max(mcolors.to_rgb(device_color(7)))  # lighter than device 7's grey
     assert [t.get_text() for t in ax.get_yticklabels()][0] == "stage 0 (dev 5)"
     plt.close(ax.figure)
 
