@@ -685,7 +685,7 @@ def draw_param_shardings(tree: Any, title: str | None = None) -> Figure:
       title: the figure's title; defaults to the parameter count and total size.
 
     Each panel is titled with the parameter's path (``params/Dense_0/kernel``). The bar
-    chart on the right shows the bytes each device holds for the whole tree, from
+    chart on the right shows the bytes each device holds of the tree drawn (titled so), from
     ``helpers.measure.planned_bytes_per_device``, with each bar in its device's colour.
 
     Returns:
@@ -772,7 +772,7 @@ def draw_param_shardings(tree: Any, title: str | None = None) -> Figure:
                 fontsize=6.5,
                 rotation=90,
             )
-    bar_ax.set_title("bytes held per device\n(all parameters)", fontsize=9)
+    bar_ax.set_title("bytes held per device\n(of the parameters drawn)", fontsize=9)
     for side in ("top", "right"):
         bar_ax.spines[side].set_visible(False)
 

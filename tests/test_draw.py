@@ -394,6 +394,9 @@ def _check_param_figure(fig, tree):
     assert [b.get_gid() for b in bars] == [f"bar:{k}" for k in planned]
     assert [b.get_height() for b in bars] == list(planned.values())
     assert [mcolors.to_hex(b.get_facecolor()) for b in bars] == [device_color(i) for i in range(8)]
+    # The bars count the tree that was drawn (a notebook may draw part of a model): the title
+    # says so, rather than "all parameters".
+    assert bar_ax.get_title() == "bytes held per device\n(of the parameters drawn)"
     # 64*32*4/8 + 32*4 + 2*16*8*4/8 + 4 bytes on every device.
     assert set(planned.values()) == {1024 + 128 + 128 + 4}
 
