@@ -107,7 +107,9 @@ def format_checkpoint_files(root: str | Path, max_depth: int | None = None) -> s
     Directories end in ``/`` and show their total size and file count. Files whose names
     are 32 hex digits (the content-addressed data files of orbax's OCDBT format) are
     folded into one line per directory, ``<k> data files``, since their names say
-    nothing. Below ``max_depth`` levels a directory is shown only as its summary line.
+    nothing. ``max_depth`` is how many levels below ``root`` are listed: with 1, only
+    ``root``'s own entries; a directory at the deepest level listed is shown as its
+    summary line alone. ``None`` lists everything.
     """
     root = Path(root)
     if not root.is_dir():
@@ -129,7 +131,7 @@ def format_checkpoint_files(root: str | Path, max_depth: int | None = None) -> s
                 rows.append((f"{indent}{p.name}", format_bytes(sizes[p])))
             elif p.is_dir():
                 rows.append((f"{indent}{p.name}/", _summary(p)))
-                if max_depth is None or depth + 1 < max_depth:
+                if max_depth is None or depth < max_depth:
                     walk(p, depth + 1)
         if hashed:
             size = sum(sizes[p] for p in hashed)

@@ -65,8 +65,9 @@ class _Folder:
     """Folds what a dying process prints into what a reader needs, for the echo only.
 
     A Python traceback becomes its last line, the exception (``JaxRuntimeError: ...
-    Connection closed by peer``), and a C++ stack trace (absl's ``*** Check failure stack
-    trace: ***`` and its ``@ 0x...`` frames) one line saying it was folded. Every line
+    Connection closed by peer``), a C++ stack trace (absl's ``*** Check failure stack
+    trace: ***`` and its ``@ 0x...`` frames) one line saying it was folded, and blank
+    lines (between the parts of a multi-line error message) are left out. Every line
     stays in the result (``LaunchResult.lines_of``); only what is printed is shorter.
     """
 
@@ -93,6 +94,8 @@ class _Folder:
             return out
         if _is_native_frame(line):
             self.native += 1
+            return out
+        if not line.strip():  # a blank line says nothing under a process's label
             return out
         return [*out, line]
 

@@ -114,6 +114,11 @@ def test_checkpoint_files_and_listing(tmp_path):
     assert not any(f"{0:032x}" in line for line in listing.splitlines())
     assert ["_METADATA", "100", "B"] in lines
     assert len(format_checkpoint_files(tmp_path, max_depth=1).splitlines()) == 2  # root and 3/
+    # max_depth=2 lists one level more: 3/'s entries, with default/ as its summary line only.
+    two = [line.split()[0] for line in format_checkpoint_files(tmp_path, max_depth=2).splitlines()]
+    assert two == [f"{tmp_path.name}/", "3/", "default/", "commit_success.txt"]
+    three = format_checkpoint_files(tmp_path, max_depth=3)
+    assert "_METADATA" in three and "d/" in three and "data files>" not in three
     with pytest.raises(FileNotFoundError):
         checkpoint_files(tmp_path / "missing")
 

@@ -176,10 +176,12 @@ def test_folder_keeps_ordinary_output_and_folds_chained_tracebacks():
         "Traceback (most recent call last):",
         '  File "x.py", line 3, in <module>',
         "ValueError: b",
+        "",
+        "RPC: the rest of its message",
         "done",
     ]
-    shown = [s for line in lines for s in folder.feed(line) + [] if s] + folder.flush()
+    shown = [s for line in lines for s in folder.feed(line)] + folder.flush()
     assert shown[0] == "loss 1.0"
     assert shown[1].startswith("KeyError: 'a'")
     assert shown[2].startswith("ValueError: b") and "folded" in shown[2]
-    assert shown[3:] == ["done"]
+    assert shown[3:] == ["RPC: the rest of its message", "done"]  # no blank line echoed
