@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from helpers import compat
 from helpers.models import cross_entropy
-from helpers.sharding import logical_rules
+from helpers.sharding import logical_rules, warn_unmapped_logical_names
 
 P = PartitionSpec
 
@@ -41,11 +41,13 @@ def param_shardings(
 
     Nothing is allocated: ``jax.eval_shape`` gives the boxed abstract parameters,
     ``nn.get_partition_spec`` reads their logical names, and the rules map them to
-    mesh axes.
+    mesh axes. A logical name that no rule maps raises an ``UnmappedLogicalNameWarning``
+    (Flax would leave that dimension whole without a word).
     """
     rules = logical_rules(rules) if isinstance(rules, str) else rules
     abstract = jax.eval_shape(model.init, jax.random.key(0), x)
     logical_specs = nn.get_partition_spec(abstract)
+    warn_unmapped_logical_names(logical_specs, rules, where="param_shardings")
     return nn.logical_to_mesh_sharding(logical_specs, mesh, rules)["params"]
 
 
