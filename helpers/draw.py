@@ -780,10 +780,10 @@ def _draw_vectors(ax: Axes, names: list[str], leaves: list[Any], where: str) -> 
             gid=f"vector-label:{name}",
         )  # fmt: skip
     n_all = len(holders)
-    who = f"all {n_all}" if n_all > 1 else f"device {min(holders)}"
-    ax.set_title(
-        f"{len(names)} small vectors\nwhole on every device ({who})", fontsize=7, loc="center"
+    where_ = (
+        f"whole on every device (all {n_all})" if n_all > 1 else f"whole on device {min(holders)}"
     )
+    ax.set_title(f"{len(names)} small vectors\n{where_}", fontsize=7, loc="center")
 
 
 def draw_param_shardings(
