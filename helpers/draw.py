@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -853,7 +854,17 @@ def draw_param_shardings(
     # it is drawn and can size its labels to fit. A row of strips needs less height.
     panel_w, grid_h, strip_h, header_h = 2.5, 2.2, 1.45, 0.32
     pad_l, pad_r, pad_t, pad_b = 0.55, 0.15, 0.6, 0.45
-    bar_w, head = 2.9, 0.75
+    bar_w = 2.9
+    fig_w = ncols * panel_w + bar_w
+    folds = [f"{g.header} ×{g.count}" for g in groups if g.count > 1]
+    how = "in model order" if order else "in the tree's order, numbered names by number"
+    note = f"{len(leaves)} arrays in {n_panels} panels, {how}"
+    if folds:
+        note += "; identical layers drawn once: " + ", ".join(folds)
+    if any(p.vectors for g in groups for p in g.panels):
+        note += "; a layer's small vectors held whole everywhere share one panel"
+    note = textwrap.fill(note, width=int(fig_w * 15))  # about 15 characters an inch at 8 pt
+    head = 0.62 + 0.17 * note.count("\n") + 0.2
 
     def row_height(row: list[tuple[_Group, _Panel, bool]]) -> float:
         strips = all(not p.vectors and len(p.leaves[0].shape) <= 1 for _, p, _ in row)
@@ -863,7 +874,6 @@ def draw_param_shardings(
         return h + (header_h if any(first and g.header for g, _, first in row) else 0.0)
 
     heights = [row_height(r) for r in rows]
-    fig_w = ncols * panel_w + bar_w
     fig_h = max(5.0, head + sum(heights))
     fig = _new_figure((fig_w, fig_h))
 
@@ -949,15 +959,8 @@ def draw_param_shardings(
     if title is None:
         title = f"{arrays}, {format_bytes(total)} in total"
     fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / fig_h, va="top")
-    folds = [f"{g.header} ×{g.count}" for g in groups if g.count > 1]
-    how = "in model order" if order else "in the tree's order, numbered names by number"
-    note = f"{n} arrays in {n_panels} panels, {how}"
-    if folds:
-        note += "; identical layers drawn once: " + ", ".join(folds)
-    if any(p.vectors for g in groups for p in g.panels):
-        note += "; a layer's small vectors held whole everywhere share one panel"
-    fig.text(0.5, 1 - 0.5 / fig_h, note, ha="center", va="baseline", fontsize=8, color="0.3",
-             gid="fold-note")  # fmt: skip
+    fig.text(0.5, 1 - 0.42 / fig_h, note, ha="center", va="top", fontsize=8, color="0.3",
+             gid="fold-note", linespacing=1.3)  # fmt: skip
     return fig
 
 
