@@ -219,6 +219,23 @@ def _dense_general_init(shape: tuple[int, ...], names: tuple[str, ...]) -> Any:
     return nn.with_logical_partitioning(init, names)
 
 
+def _dense(dtype: Any, param_dtype: Any) -> Any:
+    """``dense(features, names, name=...)``: a bias-free ``nn.Dense`` whose kernel carries
+    the logical ``names``."""
+
+    def dense(features: int, names: tuple[str, str], name: str) -> nn.Dense:
+        return nn.Dense(
+            features,
+            use_bias=False,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            kernel_init=nn.with_logical_partitioning(_kernel_init, names),
+            name=name,
+        )
+
+    return dense
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with ``DenseGeneral`` kernels.
 
@@ -278,23 +295,10 @@ class TransformerMLP(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = nn.Dense(
-            self.d_ff,
-            use_bias=False,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=nn.with_logical_partitioning(_kernel_init, ("embed", "mlp")),
-            name="up",
-        )(x)
+        dense = _dense(self.dtype, self.param_dtype)
+        h = dense(self.d_ff, ("embed", "mlp"), name="up")(x)
         h = nn.with_logical_constraint(nn.gelu(h), ("batch", "length", "mlp"))
-        return nn.Dense(
-            x.shape[-1],
-            use_bias=False,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=nn.with_logical_partitioning(_kernel_init, ("mlp", "embed")),
-            name="down",
-        )(h)
+        return dense(x.shape[-1], ("mlp", "embed"), name="down")(h)
 
 
 class DecoderBlock(nn.Module):
@@ -318,14 +322,9 @@ class DecoderBlock(nn.Module):
         return nn.with_logical_constraint(x + h, ("batch", "length", "embed"))
 
 
-class _ScannedBlock(nn.Module):
-    """One ``DecoderBlock`` in the ``(carry, x) -> (carry, y)`` form that ``nn.scan`` runs."""
-
-    n_heads: int
-    head_dim: int
-    d_ff: int
-    dtype: Any = jnp.float32
-    param_dtype: Any = jnp.float32
+class _ScannedBlock(DecoderBlock):
+    """One ``DecoderBlock`` in the ``(carry, x) -> (carry, y)`` form that ``nn.scan`` runs
+    (the same fields; the block itself is its one submodule, ``block``)."""
 
     @nn.compact
     def __call__(self, x: jax.Array, _: None) -> tuple[jax.Array, None]:
@@ -399,13 +398,8 @@ class TransformerLM(nn.Module):
             for i in range(self.n_layers):
                 x = block(*sizes, name=f"block_{i}")(x)
         x = _norm(self.dtype, self.param_dtype, "final_norm")(x)
-        logits = nn.Dense(
-            self.padded_vocab,
-            use_bias=False,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=nn.with_logical_partitioning(_kernel_init, ("embed", "vocab")),
-            name="lm_head",
+        logits = _dense(self.dtype, self.param_dtype)(
+            self.padded_vocab, ("embed", "vocab"), name="lm_head"
         )(x)
         logits = nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
         logits = logits.astype(jnp.float32)

@@ -81,10 +81,14 @@ def test_fsdp_shards_params_and_adam_state(dp_run):
 def test_strategies_train_the_same_model(dp_run, strategy, shape):
     _, dp_params, _, dp_losses = dp_run
     _, params, _, losses = _train(strategy, shape)
-    np.testing.assert_allclose(losses, dp_losses, rtol=1e-5)
+    _assert_same_training(params, losses, dp_params, dp_losses)
+
+
+def _assert_same_training(params, losses, ref_params, ref_losses):
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
     for a, b in zip(
         jax.tree.leaves(jax.device_get(params)),
-        jax.tree.leaves(jax.device_get(dp_params)),
+        jax.tree.leaves(jax.device_get(ref_params)),
         strict=True,
     ):
         np.testing.assert_allclose(a, b, atol=1e-4)
@@ -193,10 +197,4 @@ def test_transformer_tensor_parallel_trains_like_data_parallel():
     q = tp_params["block_0"]["attn"]["query"]["kernel"]
     assert q.sharding.spec == jax.sharding.PartitionSpec(None, "model", None)
     assert tp_params["lm_head"]["kernel"].sharding.spec == jax.sharding.PartitionSpec(None, "model")
-    np.testing.assert_allclose(tp_losses, dp_losses, rtol=1e-5)
-    for a, b in zip(
-        jax.tree.leaves(jax.device_get(tp_params)),
-        jax.tree.leaves(jax.device_get(dp_params)),
-        strict=True,
-    ):
-        np.testing.assert_allclose(a, b, atol=1e-4)
+    _assert_same_training(tp_params, tp_losses, dp_params, dp_losses)
