@@ -660,8 +660,9 @@ def _display_order(names: list[str], tree: Any, order: Sequence[str] | None) -> 
 class _Panel:
     """One panel of ``draw_param_shardings``: a parameter, or several small vectors.
 
-    ``names`` are relative to the group's header, ``paths`` are the full paths (of the
-    first layer of a fold)."""
+    ``names`` are what the panel shows: a parameter's path (``block_0..3/mlp/up/kernel`` in
+    a fold), or each vector's path below the group's header. ``paths`` are the full paths
+    (of the first layer, in a fold)."""
 
     def __init__(self, names: list[str], paths: list[str], leaves: list[Any], vectors: bool):
         self.names, self.paths, self.leaves, self.vectors = names, paths, leaves, vectors
@@ -747,7 +748,8 @@ def _groups(leaves: list[tuple[str, Any]], fold: bool) -> list[_Group]:
                     )
                     shown_vectors = True
                 continue
-            group.panels.append(_Panel(["/".join(rel)], [names[k]], [leaf], vectors=False))
+            title = "/".join(x for x in (header, *rel) if x)  # the path, with the fold's label
+            group.panels.append(_Panel([title], [names[k]], [leaf], vectors=False))
         groups.append(group)
         i = j
     return groups
@@ -813,7 +815,8 @@ def draw_param_shardings(
 
     Panels are grouped by layer (the first path component after the prefix that every
     path shares, such as ``params/``), each group under a bold header; a panel is titled
-    with the rest of the path. Each block is coloured by its device (``device_color``).
+    with the parameter's path (in a fold, the fold's label stands for the layer:
+    ``block_0..3/mlp/up/kernel``). Each block is coloured by its device (``device_color``).
     The bar chart on the right sums every array of ``tree``, folded ones included, from
     ``helpers.measure.planned_bytes_per_device``, each bar in its device's colour, and
     its title says so.

@@ -373,7 +373,7 @@ def _check_param_figure(fig, tree):
     ]
     assert len(fig.axes) == 4 + 1  # one panel per parameter (nothing repeats), the bar chart
     assert [ax.get_title().splitlines()[0] for ax in fig.axes[:-1]] == [
-        "bias", "kernel", "embed", "scale"
+        "dense/bias", "dense/kernel", "embed", "scale"
     ]  # fmt: skip
     assert headers(fig) == ["dense"]  # the top-level arrays get no header
     kernel = panel(fig, "param:dense/kernel")
@@ -478,6 +478,7 @@ def test_draw_param_shardings_folds_a_transformer(transformer):
     ]  # fmt: skip
     # The folded panel draws block_0's query kernel (embed on data, heads on model).
     query = panel(fig, "param:block_0/attn/query/kernel")
+    assert query.get_title().splitlines()[0] == "block_0..3/attn/query/kernel"
     assert [devs for _, _, devs, _ in blocks(query)] == [(d,) for d in range(8)]
     assert "P('data', 'model', None)" in query.get_title()
     # A vector panel: one striped bar per vector, in all eight device colours.
