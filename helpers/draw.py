@@ -12,13 +12,17 @@ and never call ``plt.show()``. Nothing here computes a sharding: the layouts com
 
 Artists carry ``gid`` strings so that tests (and curious readers) can check what was
 drawn: mesh cells are ``"device:<id>"``; array blocks are
-``"block:start=(...):stop=(...):devices=0,1"`` (coordinates in the drawn dimensions).
+``"block:start=(...):stop=(...):devices=0,1"`` (coordinates in the drawn dimensions). In
+``draw_param_shardings`` a panel's Axes is ``"param:<path>"`` or ``"vectors:<path>,..."``,
+a vector's bar ``"vector:<name>:devices=0,1"``, a group header ``"group:<header>"``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -676,21 +680,236 @@ def _device_id_of_key(key: str) -> int:
     return int(str(key).rsplit(":", 1)[-1])
 
 
-def draw_param_shardings(tree: Any, title: str | None = None) -> Figure:
-    """One small ``draw_sharding`` panel per parameter, and a bar chart of bytes per device.
+_NUMBERED = re.compile(r"(.*?)(\d+)")
+
+
+def _stem(key: str) -> tuple[str, int | None]:
+    """``"block_10"`` -> ``("block_", 10)``; a key without a number -> ``(key, None)``."""
+    m = _NUMBERED.fullmatch(key)
+    return (m.group(1), int(m.group(2))) if m else (key, None)
+
+
+def _display_order(names: list[str], tree: Any, order: Sequence[str] | None) -> list[int]:
+    """Indices of ``names`` (paths ``a/b/c``, in flatten order) in model order.
+
+    With ``order`` (paths in model order, from ``helpers.sharding.param_order``): by the
+    first entry that is the path, ends with it, or that it ends with (so a subtree such as
+    ``{"block_0": ...}`` or a tree with a ``params/`` prefix still matches). Otherwise,
+    and for paths ``order`` lacks: siblings keep the order of ``tree``'s dicts, and
+    numbered siblings (``block_2``, ``block_10``) follow their numbers, at the place of
+    the first of them.
+    """
+    siblings: dict[tuple[str, ...], dict[str, int]] = {}
+
+    def walk(node: Any, prefix: tuple[str, ...]) -> None:
+        if isinstance(node, Mapping):
+            for i, (key, value) in enumerate(node.items()):
+                siblings.setdefault(prefix, {})[str(key)] = i
+                walk(value, (*prefix, str(key)))
+
+    walk(tree, ())
+    for pos, name in enumerate(names):  # containers that are not dicts: flatten order
+        parts = name.split("/")
+        for d in range(len(parts)):
+            siblings.setdefault(tuple(parts[:d]), {}).setdefault(parts[d], 10**6 + pos)
+
+    def natural(i: int) -> tuple[tuple[int, int], ...]:
+        parts = names[i].split("/")
+        out = []
+        for d, key in enumerate(parts):
+            here = siblings[tuple(parts[:d])]
+            stem, number = _stem(key)
+            if number is None:
+                out.append((here[key], 0))
+            else:
+                base = min(r for k, r in here.items() if _stem(k)[0] == stem)
+                out.append((base, number))
+        return tuple(out)
+
+    def given(i: int) -> int | None:
+        p = names[i]
+        for rank, entry in enumerate(order or ()):
+            if entry == p or entry.endswith("/" + p) or p.endswith("/" + entry):
+                return rank
+        return None
+
+    def key(i: int) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+        g = given(i)
+        return (0, g, natural(i)) if g is not None else (1, 0, natural(i))
+
+    return sorted(range(len(names)), key=key)
+
+
+class _Panel:
+    """One panel of ``draw_param_shardings``: a parameter, or several small vectors.
+
+    ``names`` are what the panel shows: a parameter's path (``block_0..3/mlp/up/kernel`` in
+    a fold), or each vector's path below the group's header. ``paths`` are the full paths
+    (of the first layer, in a fold)."""
+
+    def __init__(self, names: list[str], paths: list[str], leaves: list[Any], vectors: bool):
+        self.names, self.paths, self.leaves, self.vectors = names, paths, leaves, vectors
+
+
+class _Group:
+    """A run of panels under one header: a layer, or identical layers folded into one."""
+
+    def __init__(self, header: str, count: int) -> None:
+        self.header, self.count = header, count
+        self.panels: list[_Panel] = []
+
+
+def _signature(items: list[tuple[tuple[str, ...], Any]]) -> list[Any]:
+    return [
+        (rel, tuple(leaf.shape), str(leaf.dtype), sharding_of(leaf, "/".join(rel))[1])
+        for rel, leaf in items
+    ]
+
+
+def _whole_everywhere(leaf: Any) -> bool:
+    shape, sharding = sharding_of(leaf)
+    return len(shard_layout(tuple(shape), sharding)) == 1
+
+
+def _groups(leaves: list[tuple[str, Any]], fold: bool) -> list[_Group]:
+    """Split ordered ``(path, leaf)`` pairs into layers, folding identical numbered ones."""
+    parts = [tuple(name.split("/")) for name, _ in leaves]
+    # Drop the prefix every path shares ("params/", "params/decoder/"), keeping a name.
+    common = 0
+    while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+        common += 1
+    units: list[tuple[str, list[tuple[tuple[str, ...], Any]], list[str]]] = []
+    for (name, leaf), p in zip(leaves, parts, strict=True):
+        head = p[common] if len(p) > common + 1 else ""
+        rel = p[common + 1 :] if head else p[common:]
+        if units and units[-1][0] == head:  # top-level leaves (head "") share a group
+            units[-1][1].append((rel, leaf))
+            units[-1][2].append(name)
+        else:
+            units.append((head, [(rel, leaf)], [name]))
+    prefix = "/".join(parts[0][:common])
+    groups: list[_Group] = []
+    i = 0
+    while i < len(units):
+        head, items, names = units[i]
+        j = i + 1
+        m = _NUMBERED.fullmatch(head) if fold and head else None
+        if m:
+            sig = _signature(items)
+            while j < len(units):
+                mj = _NUMBERED.fullmatch(units[j][0])
+                expected = int(m.group(2)) + (j - i)
+                if not (mj and mj.group(1) == m.group(1) and int(mj.group(2)) == expected):
+                    break
+                if _signature(units[j][1]) != sig:
+                    break
+                j += 1
+        if j - i > 1:
+            last = _NUMBERED.fullmatch(units[j - 1][0])
+            assert m is not None and last is not None
+            label = f"{head}..{last.group(2)}"
+        else:
+            label = head
+        header = "/".join(x for x in (prefix, label) if x)
+        group = _Group(header, j - i)
+        vector_idx = [
+            k
+            for k, (_, leaf) in enumerate(items)
+            if fold and len(leaf.shape) <= 1 and _whole_everywhere(leaf)
+        ]
+        shown_vectors = False
+        for k, (rel, leaf) in enumerate(items):
+            if k in vector_idx and len(vector_idx) > 1:
+                if not shown_vectors:
+                    group.panels.append(
+                        _Panel(
+                            ["/".join(items[v][0]) for v in vector_idx],
+                            [names[v] for v in vector_idx],
+                            [items[v][1] for v in vector_idx],
+                            vectors=True,
+                        )
+                    )
+                    shown_vectors = True
+                continue
+            title = "/".join(x for x in (header, *rel) if x)  # the path, with the fold's label
+            group.panels.append(_Panel([title], [names[k]], [leaf], vectors=False))
+        groups.append(group)
+        i = j
+    return groups
+
+
+def _draw_vectors(ax: Axes, names: list[str], leaves: list[Any], where: str) -> None:
+    """Small vectors that every device of their sharding holds whole: one striped bar each."""
+    ax.set_xlim(0, 1)
+    ax.set_ylim(len(names), 0)
+    ax.set_axis_off()
+    w_pt, h_pt = _axes_size_pt(ax)
+    row_pt = h_pt / max(len(names), 1)
+    holders: set[int] = set()
+    for r, (name, leaf) in enumerate(zip(names, leaves, strict=True)):
+        shape, sharding = sharding_of(leaf, f"{where} '{name}'")
+        devs = sorted(d.id for d in sharding.device_set)
+        holders.update(devs)
+        gid = f"vector:{name}:devices={','.join(map(str, devs))}"
+        outline = Rectangle(
+            (0, r + 0.1), 1, 0.8, facecolor="none", edgecolor="white", linewidth=1.2,
+            zorder=1.5, gid=gid,
+        )  # fmt: skip
+        ax.add_patch(outline)
+        _diagonal_stripes(ax, outline, (0, r + 0.1, 1, 0.8), devs, w_pt, row_pt)
+        label = f"{name}  {tuple(shape)}"
+        size = _fit_fontsize(label, 0.92 * w_pt, 0.7 * row_pt, lo=4.5, hi=8.0)
+        ax.text(
+            0.5, r + 0.5, label, ha="center", va="center", fontsize=size, color="black",
+            bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "0.5",
+                  "alpha": 0.95},
+            gid=f"vector-label:{name}",
+        )  # fmt: skip
+    n_all = len(holders)
+    where_ = (
+        f"whole on every device (all {n_all})" if n_all > 1 else f"whole on device {min(holders)}"
+    )
+    ax.set_title(f"{len(names)} small vectors\n{where_}", fontsize=7, loc="center")
+
+
+def draw_param_shardings(
+    tree: Any,
+    title: str | None = None,
+    *,
+    order: Sequence[str] | None = None,
+    fold: bool = True,
+) -> Figure:
+    """The layout of every parameter of a model, in model order, and bytes per device.
 
     Args:
       tree: a pytree of placed ``jax.Array`` s, or of ``jax.ShapeDtypeStruct`` s with
         shardings (an abstract tree, nothing allocated).
-      title: the figure's title; defaults to the parameter count and total size.
+      title: the figure's title; defaults to the array count and total size.
+      order: parameter paths in model order, e.g. ``helpers.sharding.param_order(model,
+        x)``. Without it, panels follow the order of ``tree``'s dicts (Flax's creation
+        order, if the tree comes straight from ``init``; sorted keys once it has been
+        through ``jax.tree.map`` or ``jit``), with numbered names in number order
+        (``block_2`` before ``block_10``).
+      fold: fold what repeats. Consecutive numbered layers (``block_0``, ``block_1``, ...)
+        whose parameters have the same shapes, dtypes and shardings are drawn once, under
+        a header ``block_0..3  ×4``; the small vectors of a layer (rank 0 or 1) that every
+        device holds whole share one panel, a striped bar each. ``False`` draws every
+        array in its own panel.
 
-    Each panel is titled with the parameter's path (``params/Dense_0/kernel``). The bar
-    chart on the right shows the bytes each device holds of the tree drawn (titled so), from
-    ``helpers.measure.planned_bytes_per_device``, with each bar in its device's colour.
+    Panels are grouped by layer (the first path component after the prefix that every
+    path shares, such as ``params/``), each group under a bold header; a panel is titled
+    with the parameter's path (in a fold, the fold's label stands for the layer:
+    ``block_0..3/mlp/up/kernel``). Each block is coloured by its device (``device_color``).
+    The bar chart on the right sums every array of ``tree``, folded ones included, from
+    ``helpers.measure.planned_bytes_per_device``, each bar in its device's colour, and
+    its title says so.
 
     Returns:
-      The Figure. Its Axes are the parameter panels in tree order, then the bar chart
-      (``fig.axes[-1]``), whose bars are ``fig.axes[-1].patches`` in device order.
+      The Figure. Its Axes are the panels in display order, then the bar chart
+      (``fig.axes[-1]``), whose bars are ``fig.axes[-1].patches`` in device order. A panel
+      Axes has ``gid="param:<path>"`` (for a fold, the path of its first layer; for a
+      vector panel, ``"vectors:<path>,<path>,..."``); a group header is a figure text
+      with ``gid="group:<header>"``.
 
     Raises:
       ValueError: a leaf is not an array, or has no sharding; the message names it.
@@ -701,52 +920,96 @@ def draw_param_shardings(tree: Any, title: str | None = None) -> Figure:
     for name, leaf in leaves:  # fail before drawing anything, naming the parameter
         sharding_of(leaf, f"draw_param_shardings: parameter '{name}'")
     per_device = planned_bytes_per_device(tree)
+    names = [name for name, _ in leaves]
+    ordered = [leaves[i] for i in _display_order(names, tree, order)]
+    groups = _groups(ordered, fold)
 
-    n = len(leaves)
-    ncols = 1 if n == 1 else 2 if n <= 4 else 3 if n <= 9 else 4
-    nrows = math.ceil(n / ncols)
+    n_panels = sum(len(g.panels) for g in groups)
+    ncols = 1 if n_panels == 1 else 2 if n_panels <= 4 else 3 if n_panels <= 9 else 4
+    # Flow the groups into rows: a group starts a new row unless it fits in what is left.
+    rows: list[list[tuple[_Group, _Panel, bool]]] = [[]]
+    for g in groups:
+        if rows[-1] and len(rows[-1]) + len(g.panels) > ncols:
+            rows.append([])
+        for k, panel in enumerate(g.panels):
+            if len(rows[-1]) == ncols:
+                rows.append([])
+            rows[-1].append((g, panel, k == 0))
+
     # Fixed geometry in inches (no layout engine), so each panel knows its size while
-    # it is drawn and can size its labels to fit.
-    # A row of rank-0/1 parameters (drawn as strips) needs less height than a row of grids.
-    panel_w, grid_h, strip_h = 2.5, 2.2, 1.45
+    # it is drawn and can size its labels to fit. A row of strips needs less height.
+    panel_w, grid_h, strip_h, header_h = 2.5, 2.2, 1.45, 0.32
     pad_l, pad_r, pad_t, pad_b = 0.55, 0.15, 0.6, 0.45
-    bar_w, head = 2.9, 0.45
-    row_h = [
-        strip_h
-        if all(len(leaf.shape) <= 1 for _, leaf in leaves[r * ncols : (r + 1) * ncols])
-        else grid_h
-        for r in range(nrows)
-    ]
-    row_top = [head + sum(row_h[:r]) for r in range(nrows)]
+    bar_w = 2.9
     fig_w = ncols * panel_w + bar_w
-    fig_h = max(5.0, head + sum(row_h))
+    folds = [f"{g.header} ×{g.count}" for g in groups if g.count > 1]
+    how = "in model order" if order else "in the tree's order, numbered names by number"
+    note = f"{len(leaves)} arrays in {n_panels} panels, {how}"
+    if folds:
+        note += "; identical layers drawn once: " + ", ".join(folds)
+    if any(p.vectors for g in groups for p in g.panels):
+        note += "; a layer's small vectors held whole everywhere share one panel"
+    note = textwrap.fill(note, width=int(fig_w * 15))  # about 15 characters an inch at 8 pt
+    head = 0.62 + 0.17 * note.count("\n") + 0.2
+
+    def row_height(row: list[tuple[_Group, _Panel, bool]]) -> float:
+        strips = all(not p.vectors and len(p.leaves[0].shape) <= 1 for _, p, _ in row)
+        vec_rows = max((len(p.names) for _, p, _ in row if p.vectors), default=0)
+        h = strip_h if strips else grid_h
+        h = max(h, 0.9 + 0.3 * vec_rows) if vec_rows else h
+        return h + (header_h if any(first and g.header for g, _, first in row) else 0.0)
+
+    heights = [row_height(r) for r in rows]
+    fig_h = max(5.0, head + sum(heights))
     fig = _new_figure((fig_w, fig_h))
 
     def rect(x: float, y_top: float, w: float, h: float) -> list[float]:
         """Inches from the figure's top-left corner -> figure fractions."""
         return [x / fig_w, 1 - (y_top + h) / fig_h, w / fig_w, h / fig_h]
 
-    for i, (name, leaf) in enumerate(leaves):
-        r, c = divmod(i, ncols)
-        ax = fig.add_axes(
-            rect(
-                c * panel_w + pad_l,
-                row_top[r] + pad_t,
-                panel_w - pad_l - pad_r,
-                row_h[r] - pad_t - pad_b,
-            )
-        )
-        _draw_sharding(
-            leaf, ax, name, compact=True, where=f"draw_param_shardings: parameter '{name}'"
-        )
+    y = head
+    for row, h in zip(rows, heights, strict=True):
+        has_header = any(first and g.header for g, _, first in row)
+        top = y + (header_h if has_header else 0.0)
+        for c, (g, panel, first) in enumerate(row):
+            if first and g.header:
+                fold_note = f"  ×{g.count}, identical: drawn once" if g.count > 1 else ""
+                fig.text(
+                    (c * panel_w + 0.12) / fig_w,
+                    1 - (y + 0.24) / fig_h,
+                    g.header + fold_note,
+                    ha="left",
+                    va="baseline",
+                    fontsize=9,
+                    fontweight="bold",
+                    color="0.15",
+                    gid=f"group:{g.header}",
+                )
+            vec_pad_t = 0.45 if panel.vectors else pad_t
+            ax = fig.add_axes(
+                rect(c * panel_w + pad_l * (0.3 if panel.vectors else 1), top + vec_pad_t,
+                     panel_w - pad_l * (0.3 if panel.vectors else 1) - pad_r,
+                     h - (top - y) - vec_pad_t - (0.15 if panel.vectors else pad_b))
+            )  # fmt: skip
+            if panel.vectors:
+                ax.set_gid("vectors:" + ",".join(panel.paths))
+                _draw_vectors(ax, panel.names, panel.leaves, "draw_param_shardings: parameter")
+            else:
+                ax.set_gid(f"param:{panel.paths[0]}")
+                _draw_sharding(
+                    panel.leaves[0], ax, panel.names[0], compact=True,
+                    where=f"draw_param_shardings: parameter '{panel.paths[0]}'",
+                )  # fmt: skip
+        y += h
 
     bar_h = min(fig_h - head - 1.0, 4.0)
     bar_ax = fig.add_axes(rect(ncols * panel_w + 0.85, head + 0.5, bar_w - 1.0, bar_h))
+    bar_ax.set_gid("bytes-per-device")
     ids = [_device_id_of_key(k) for k in per_device]
-    heights = list(per_device.values())
+    heights_b = list(per_device.values())
     xs = np.arange(len(ids))
     bars = bar_ax.bar(
-        xs, heights, color=[device_color(i) for i in ids], edgecolor="0.3", linewidth=0.5
+        xs, heights_b, color=[device_color(i) for i in ids], edgecolor="0.3", linewidth=0.5
     )
     for bar, key in zip(bars, per_device, strict=True):
         bar.set_gid(f"bar:{key}")
@@ -754,7 +1017,7 @@ def draw_param_shardings(tree: Any, title: str | None = None) -> Figure:
     bar_ax.set_xlim(-0.6 - pad, len(ids) - 0.4 + pad)
     bar_ax.set_xticks(xs, [str(i) for i in ids], fontsize=8)
     bar_ax.set_xlabel("device id", fontsize=9)
-    top = max(heights) if heights else 1
+    top = max(heights_b) if heights_b else 1
     unit = max(u for u in (1, 1024, 1024**2, 1024**3) if u <= max(top, 1))
     ticks = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(0, top / unit) * unit
     bar_ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if t <= top * 1.18]))
@@ -762,24 +1025,28 @@ def draw_param_shardings(tree: Any, title: str | None = None) -> Figure:
     bar_ax.tick_params(axis="y", labelsize=8)
     bar_ax.set_ylim(0, top * 1.18 if top else 1)
     if len(ids) <= 16:
-        for bar, h in zip(bars, heights, strict=True):
+        for bar, hb in zip(bars, heights_b, strict=True):
             bar_ax.text(
                 bar.get_x() + bar.get_width() / 2,
-                h + top * 0.015,
-                format_bytes(h),
+                hb + top * 0.015,
+                format_bytes(hb),
                 ha="center",
                 va="bottom",
                 fontsize=6.5,
                 rotation=90,
             )
-    bar_ax.set_title("bytes held per device\n(of the parameters drawn)", fontsize=9)
+    n = len(leaves)
+    arrays = f"{n} array{'s' if n != 1 else ''}"
+    bar_ax.set_title(f"bytes held per device:\nthe sum of all {arrays} drawn", fontsize=9)
     for side in ("top", "right"):
         bar_ax.spines[side].set_visible(False)
 
     total = sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize for _, leaf in leaves)
     if title is None:
-        title = f"{n} parameter{'s' if n != 1 else ''}, {format_bytes(total)} in total"
-    fig.suptitle(title, fontsize=11, fontweight="bold")
+        title = f"{arrays}, {format_bytes(total)} in total"
+    fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / fig_h, va="top")
+    fig.text(0.5, 1 - 0.42 / fig_h, note, ha="center", va="top", fontsize=8, color="0.3",
+             gid="fold-note", linespacing=1.3)  # fmt: skip
     return fig
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -184,17 +185,6 @@ _INSTR = re.compile(
 _ARRAY = re.compile(r"\b([a-z]+[0-9]*(?:e[0-9]m[0-9](?:fn)?)?)\[([0-9,]*)\]")
 
 
-def _type_bytes(type_text: str) -> list[int]:
-    """Byte sizes of every array in an HLO type (a shape or a tuple of shapes)."""
-    sizes = []
-    for dtype, dims in _ARRAY.findall(type_text):
-        if dtype not in _DTYPE_BYTES:
-            continue
-        n = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
-        sizes.append(n * _DTYPE_BYTES[dtype])
-    return sizes
-
-
 def _group_size(attrs: str, num_partitions: int) -> int:
     """Number of devices in each replica group of a collective."""
     m = re.search(r"replica_groups=\{(\{[^=]*?\})\}", attrs)
@@ -251,7 +241,124 @@ def _hlo_text(compiled_or_text: Any) -> str:
     return text
 
 
-def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
+@dataclass(frozen=True)
+class CollectiveOp:
+    """One collective op of a compiled step, as ``collective_ops`` reads it from the HLO.
+
+    ``arrays`` holds ``(dtype, shape)`` of every array it moves, at full size (the
+    gathered, or reduced, array; for a reduce-scatter, its input). ``sources`` holds, per
+    array, the ``op_name`` JAX recorded for the value that went in: it names the model
+    code that produced it (``.../block_0/attn/out/dot_general``), with ``transpose(...)``
+    around the backward pass. ``runs`` is how often the op runs per step: the product
+    of the trip counts of the loops it sits in (1 outside any loop).
+    """
+
+    kind: str
+    arrays: tuple[tuple[str, tuple[int, ...]], ...]
+    group: int
+    sources: tuple[str, ...]
+    runs: int = 1
+    moves: bool = True  # False for a collective-permute whose every pair sends to itself
+
+    @property
+    def bytes(self) -> int:
+        """Full size of all its arrays, in bytes, for one run."""
+        return sum(_DTYPE_BYTES[dt] * math.prod(shape) for dt, shape in self.arrays)
+
+    @property
+    def sent_per_device(self) -> float:
+        """Bytes each device sends in one run, with a bandwidth-optimal ring algorithm."""
+        n = self.group
+        if self.kind == "all-reduce":
+            return 2 * self.bytes * (n - 1) / n
+        if self.kind == "collective-permute":
+            return float(self.bytes) if self.moves else 0.0
+        return self.bytes * (n - 1) / n
+
+
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+def _arrays(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
+    out = []
+    for dtype, dims in _ARRAY.findall(type_text):
+        if dtype in _DTYPE_BYTES:
+            out.append((dtype, tuple(int(d) for d in dims.split(",") if d)))
+    return out
+
+
+def collective_ops(compiled: Any) -> list[CollectiveOp]:
+    """Every collective op of a compiled step, in program order, with what it moves and why.
+
+    Accepts the compiled object (``jax.jit(f).lower(...).compile()``) or its ``as_text()``.
+    An async ``-start``/``-done`` pair is one op. An op inside a ``while`` loop (a
+    ``lax.scan``, ``nn.scan`` or ``fori_loop``) has ``runs`` set to the loop's trip count,
+    when XLA knows it.
+    """
+    text = _hlo_text(compiled)
+    m = re.search(r"num_partitions=(\d+)", text)
+    num_partitions = int(m.group(1)) if m else 1
+    instrs: dict[str, tuple[str, str, str, str, str]] = {}  # name -> (comp, type, op, args, attrs)
+    order: list[str] = []
+    parent: dict[str, tuple[str, int]] = {}  # computation -> (caller computation, trips)
+    comp = ""
+    for line in text.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            words = line.split()
+            comp = (words[1] if words[0] == "ENTRY" and len(words) > 1 else words[0]).lstrip("%")
+            continue
+        mi = _INSTR.match(line)
+        if not mi:
+            continue
+        name, op, attrs = mi.group("name"), mi.group("op"), mi.group("attrs")
+        instrs[name] = (comp, mi.group("type"), op, mi.group("args"), attrs)
+        order.append(name)
+        if op in ("while", "call"):
+            trips = _TRIP_COUNT.search(attrs)
+            for callee in re.findall(r"(?:body|to_apply)=%?([\w.\-]+)", attrs):
+                parent[callee] = (comp, int(trips.group(1)) if trips and op == "while" else 1)
+
+    def runs(c: str) -> int:
+        total, seen = 1, set()
+        while c in parent and c not in seen:
+            seen.add(c)
+            c, trips = parent[c]
+            total *= trips
+        return total
+
+    def source(operand: str, fallback: str) -> str:
+        entry = instrs.get(operand.strip().lstrip("%"))
+        found = _OP_NAME.search(entry[4]) if entry else None
+        return found.group(1) if found else fallback
+
+    out = []
+    for name in order:
+        comp, type_text, op, args, attrs = instrs[name]
+        if op in COLLECTIVES:
+            kind, op_attrs, op_args = op, attrs, args
+        elif op.endswith("-done") and op[: -len("-done")] in COLLECTIVES:
+            kind = op[: -len("-done")]
+            start = instrs.get(args.strip().lstrip("%").split(",")[0].strip())
+            op_attrs, op_args = (start[4], start[3]) if start else (attrs, "")
+        else:
+            continue
+        arrays = _arrays(type_text)
+        n = _group_size(op_attrs, num_partitions)
+        if kind == "reduce-scatter":  # its result is one shard: report the full input
+            arrays = [(dt, (shape[0] * n, *shape[1:]) if shape else shape) for dt, shape in arrays]
+        own = _OP_NAME.search(op_attrs)
+        fallback = own.group(1) if own else ""
+        operands = [a for a in re.sub(r"/\*.*?\*/", "", op_args).split(",") if a.strip()]
+        sources = [source(a, fallback) for a in operands]
+        if len(sources) != len(arrays):
+            sources = [fallback] * len(arrays)
+        moves = kind != "collective-permute" or _moves_between_devices(op_attrs)
+        out.append(CollectiveOp(kind, tuple(arrays), n, tuple(sources), runs(comp), moves))
+    return out
+
+
+def collective_stats(compiled: Any, *, per_step: bool = False) -> dict[str, dict[str, float]]:
     """Collectives in a compiled step, read from its optimised HLO text.
 
     Returns, for each kind in ``COLLECTIVES`` that occurs, a dict with:
@@ -265,7 +372,8 @@ def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
       reduce-scatter ``S·(n-1)/n`` for a full size ``S`` over a group of ``n``; a
       collective-permute ``S`` for the busiest device, 0 when every pair is a device
       sending to itself, as ``ppermute`` on a one-device axis compiles).
-    Ops inside a loop body are counted once, as written, not once per iteration.
+    Ops inside a loop body are counted once, as written, unless ``per_step=True``: then
+    each counts as often as it runs (``CollectiveOp.runs``).
     Accepts the compiled object (``jax.jit(f).lower(...).compile()``) or its ``as_text()``.
 
     Raises:
@@ -273,38 +381,11 @@ def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
         no collectives at all), a jitted function or anything else that is not compiled.
       ValueError: a string that is not the HLO text of a compiled executable.
     """
-    text = _hlo_text(compiled)
-    m = re.search(r"num_partitions=(\d+)", text)
-    num_partitions = int(m.group(1)) if m else 1
-    instrs: dict[str, tuple[str, str, str, str]] = {}
-    for line in text.splitlines():
-        mi = _INSTR.match(line)
-        if mi:
-            instrs[mi.group("name")] = (
-                mi.group("type"),
-                mi.group("op"),
-                mi.group("args"),
-                mi.group("attrs"),
-            )
-
     stats: dict[str, dict[str, float]] = {}
-    for type_text, op, args, attrs in instrs.values():
-        kind = None
-        if op in COLLECTIVES:
-            kind = op
-            result_type, op_attrs = type_text, attrs
-        elif op.endswith("-done") and op[: -len("-done")] in COLLECTIVES:
-            kind = op[: -len("-done")]
-            start_name = args.strip().lstrip("%").split(",")[0].strip()
-            start = instrs.get(start_name)
-            result_type = type_text
-            op_attrs = start[3] if start else attrs
-        if kind is None:
-            continue
-        sizes = _type_bytes(result_type)
-        n = _group_size(op_attrs, num_partitions)
+    for c in collective_ops(compiled):
+        times = c.runs if per_step else 1
         entry = stats.setdefault(
-            kind,
+            c.kind,
             {
                 "ops": 0,
                 "operands": 0,
@@ -313,19 +394,11 @@ def collective_stats(compiled: Any) -> dict[str, dict[str, float]]:
                 "received_per_device": 0.0,
             },
         )
-        entry["ops"] += 1
-        entry["operands"] += len(sizes)
-        for s in sizes:
-            full = s * n if kind == "reduce-scatter" else s  # reduce-scatter's result is one shard
-            if kind == "all-reduce":
-                moved = 2 * full * (n - 1) / n
-            elif kind == "collective-permute":
-                moved = full if _moves_between_devices(op_attrs) else 0.0
-            else:
-                moved = full * (n - 1) / n
-            entry["bytes"] += full
-            entry["sent_per_device"] += moved
-            entry["received_per_device"] += moved
+        entry["ops"] += times
+        entry["operands"] += times * len(c.arrays)
+        entry["bytes"] += times * c.bytes
+        entry["sent_per_device"] += times * c.sent_per_device
+        entry["received_per_device"] += times * c.sent_per_device
     return {k: stats[k] for k in COLLECTIVES if k in stats}
 
 

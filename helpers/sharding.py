@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,31 +337,55 @@ def fsdp_specs(
 # Logical-axis rule presets for Flax's nn.with_partitioning / nn.logical_axis_rules
 # ---------------------------------------------------------------------------
 
-# Logical names used by helpers.models: "batch" and "seq" (activations), "embed"
-# (model width), "mlp" (hidden width of an MLP block), "classes" (output layer),
-# "embed_vec" (LayerNorm scale/bias and output biases). Every preset is meant for a
-# mesh with axes ("data", "model"); an axis of size 1 simply splits nothing.
+# The logical names the presets know: those of helpers.models and the conventional ones
+# of Transformer codebases (T5X's docs/usage/partitioning.md lists them; Flax's
+# examples/lm1b and MaxText use them too):
+#   activations:  "batch", "length" (tokens of a sequence; MLPStack calls it "seq")
+#   parameters:   "embed" (model width), "mlp" (hidden width of an MLP), "heads",
+#                 "kv" (width of one head), "joined_kv" (heads x kv fused in one
+#                 dimension), "vocab", "classes" (a classifier's outputs), "layers"
+#                 (the stacked dimension of nn.scan'ed layers)
+#   small vectors: "norm" (LayerNorm/RMSNorm scale and bias, MaxText's name) and
+#                 "embed_vec" (MLPStack's name for the same, and for output biases)
+# Every preset gives every one of these names a rule (None: not split), in this order.
+# Order matters: Flax goes through the rules in order and gives a mesh axis to the
+# first dimension that asks for it, so a later rule for the same mesh axis only applies
+# to arrays that have no earlier claimant ("batch" wins over "embed" in an activation
+# (batch, length, embed) under FSDP; "heads" and "mlp" win over "length" under tp_sp).
+LOGICAL_NAMES: tuple[str, ...] = (
+    "batch", "embed", "mlp", "heads", "kv", "joined_kv", "vocab", "length", "seq",
+    "classes", "layers", "norm", "embed_vec",
+)  # fmt: skip
+
+
+def _preset(**mesh_axis: str) -> tuple[tuple[str, Any], ...]:
+    return tuple((name, mesh_axis.get(name)) for name in LOGICAL_NAMES)
+
+
+_TP = {"mlp": "model", "heads": "model", "joined_kv": "model", "vocab": "model"}
+
+# Every preset is meant for a mesh with axes ("data", "model"); an axis of size 1 simply
+# splits nothing.
 LOGICAL_RULES: dict[str, tuple[tuple[str, Any], ...]] = {
     # Data parallel: only the batch is split; every parameter is replicated.
-    "dp": (("batch", "data"), ("seq", None), ("embed", None), ("mlp", None), ("classes", None),
-           ("embed_vec", None)),
-    # FSDP: the batch and the kernels' "embed" dimension are split over "data";
-    # small model-width vectors (LayerNorm, output biases) stay replicated.
-    "fsdp": (("batch", "data"), ("seq", None), ("embed", "data"), ("mlp", None), ("classes", None),
-             ("embed_vec", None)),
+    "dp": _preset(batch="data"),
+    # FSDP: the batch and every kernel's "embed" dimension are split over "data";
+    # small vectors (LayerNorm, output biases) stay replicated.
+    "fsdp": _preset(batch="data", embed="data"),
     # FSDP that also splits the small vectors (the chapter's "biases sharded too" case, E9).
-    "fsdp_all": (("batch", "data"), ("seq", None), ("embed", "data"), ("mlp", None), ("classes", None),
-                 ("embed_vec", "data")),
-    # Tensor (Megatron) parallel: the MLP hidden dimension is split over "model".
-    "tp": (("batch", None), ("seq", None), ("embed", None), ("mlp", "model"), ("classes", None),
-           ("embed_vec", None)),
+    "fsdp_all": _preset(batch="data", embed="data", norm="data", embed_vec="data"),
+    # Tensor (Megatron) parallel: MLP hidden width, attention heads and vocabulary split
+    # over "model"; every device sees the whole batch.
+    "tp": _preset(**_TP),
     # Hybrid DP x TP on a ("data", "model") mesh.
-    "hybrid": (("batch", "data"), ("seq", None), ("embed", None), ("mlp", "model"), ("classes", None),
-               ("embed_vec", None)),
+    "hybrid": _preset(batch="data", **_TP),
     # FSDP x TP on a ("data", "model") mesh.
-    "fsdp_tp": (("batch", "data"), ("seq", None), ("embed", "data"), ("mlp", "model"), ("classes", None),
-                ("embed_vec", None)),
-}  # fmt: skip
+    "fsdp_tp": _preset(batch="data", embed="data", **_TP),
+    # TP with sequence parallelism (Megatron-SP, Korthikanti et al. 2022): the
+    # activations between the attention and MLP halves, which TP keeps whole on every
+    # device, are split along their length over "model" too.
+    "tp_sp": _preset(length="model", seq="model", **_TP),
+}
 
 # The mesh axes each preset needs.
 STRATEGY_AXES: dict[str, tuple[str, ...]] = {
@@ -370,17 +395,148 @@ STRATEGY_AXES: dict[str, tuple[str, ...]] = {
     "tp": ("model",),
     "hybrid": ("data", "model"),
     "fsdp_tp": ("data", "model"),
+    "tp_sp": ("model",),
 }
 
 
 def logical_rules(strategy: str) -> tuple[tuple[str, Any], ...]:
-    """The logical-axis rules of a strategy: one of ``dp, fsdp, tp, hybrid, fsdp_tp``."""
+    """The logical-axis rules of a strategy, one of the keys of ``LOGICAL_RULES``."""
     try:
         return LOGICAL_RULES[strategy]
     except KeyError:
         raise ValueError(
             f"logical_rules: strategy={strategy!r} is not one of {sorted(LOGICAL_RULES)}."
         ) from None
+
+
+class UnmappedLogicalNameWarning(UserWarning):
+    """A model uses logical axis names that no rule maps: Flax leaves those dimensions whole."""
+
+
+def _rule_names(rules: str | Sequence[tuple[str, Any]]) -> set[str]:
+    rules_t = logical_rules(rules) if isinstance(rules, str) else rules
+    try:
+        return {str(name) for name, _ in rules_t}
+    except (TypeError, ValueError):
+        raise ValueError(
+            "rules must be a preset name or a sequence of (logical name, mesh axes) pairs, "
+            f"got {rules!r}."
+        ) from None
+
+
+def logical_names(tree: Any) -> dict[str, tuple[str, ...]]:
+    """Every logical axis name in ``tree``, with the paths of the parameters that use it.
+
+    ``tree`` is what ``jax.eval_shape(model.init, key, x)`` returns (parameters boxed
+    with their names by ``nn.with_logical_partitioning``), or the tree of logical
+    ``PartitionSpec`` s that ``nn.get_partition_spec`` makes of it. Names come in the
+    order they first appear; leaves without names (plain arrays) contribute none.
+    """
+    from flax.core import meta
+
+    def is_leaf(x: Any) -> bool:
+        return isinstance(x, PartitionSpec | meta.AxisMetadata)
+
+    found: dict[str, list[str]] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]:
+        if isinstance(leaf, PartitionSpec):
+            names: tuple[Any, ...] = tuple(leaf)
+        elif isinstance(leaf, meta.AxisMetadata) and hasattr(leaf, "names"):
+            names = tuple(leaf.names)
+        else:
+            continue
+        for entry in names:
+            for name in _axes_of(entry):
+                users = found.setdefault(name, [])
+                if path_str(path) not in users:
+                    users.append(path_str(path))
+    return {name: tuple(paths) for name, paths in found.items()}
+
+
+def unmapped_logical_names(
+    tree: Any, rules: str | Sequence[tuple[str, Any]]
+) -> dict[str, tuple[str, ...]]:
+    """The logical axis names of ``tree`` that no rule in ``rules`` maps, with their users.
+
+    Flax gives a dimension whose name has no rule no mesh axis, silently: it stays
+    whole, on every device. A name mapped to ``None`` on purpose is mapped (it is in the
+    rules). ``tree`` is as for ``logical_names``; ``rules`` is a preset name (see
+    ``LOGICAL_RULES``) or a sequence of ``(logical name, mesh axes)`` pairs. An empty
+    dict means every name has a rule.
+    """
+    known = _rule_names(rules)
+    return {name: paths for name, paths in logical_names(tree).items() if name not in known}
+
+
+def format_unmapped(unmapped: dict[str, tuple[str, ...]], max_paths: int = 2) -> str:
+    """One line per unmapped name: ``'head_dim' (3 parameters: block_0/attn/query/kernel, ...)``."""
+    if not unmapped:
+        return "every logical name has a rule"
+    lines = []
+    for name, paths in unmapped.items():
+        shown = ", ".join(paths[:max_paths]) + (", ..." if len(paths) > max_paths else "")
+        n = len(paths)
+        lines.append(f"{name!r} ({n} parameter{'s' if n != 1 else ''}: {shown})")
+    return "\n".join(lines)
+
+
+def warn_unmapped_logical_names(
+    tree: Any, rules: str | Sequence[tuple[str, Any]], where: str = "rules"
+) -> dict[str, tuple[str, ...]]:
+    """``unmapped_logical_names``, plus an ``UnmappedLogicalNameWarning`` when any are found.
+
+    The series' helpers that apply rules (``helpers.train.param_shardings``) call this,
+    so that a name the rules do not know is reported instead of silently replicated.
+    """
+    unmapped = unmapped_logical_names(tree, rules)
+    if unmapped:
+        import warnings
+
+        warnings.warn(
+            f"{where}: no rule maps the logical name(s) {', '.join(map(repr, unmapped))}, so "
+            "Flax leaves those dimensions whole on every device:\n"
+            + format_unmapped(unmapped)
+            + "\nAdd a rule for each name (a mesh axis, or None to replicate it on purpose).",
+            UnmappedLogicalNameWarning,
+            stacklevel=3,
+        )
+    return unmapped
+
+
+def param_order(model: Any, *args: Any, collection: str = "params", **kwargs: Any) -> list[str]:
+    """The paths of a Flax Linen model's parameters in the order the model creates them.
+
+    ``jax.tree`` flattens dicts in sorted key order (``block_10`` before ``block_2``,
+    ``down`` before ``up``), and a tree that went through ``jax.tree.map`` or ``jit``
+    keeps only that order. The model itself knows its own: this runs ``model.init(key,
+    *args, **kwargs)`` abstractly (``jax.eval_shape``: nothing is computed or allocated)
+    and reads the nested dicts Flax builds, in creation order. Paths are relative to
+    ``collection``, like ``block_0/attn/query/kernel``; pass them as
+    ``draw_param_shardings(..., order=...)``.
+    """
+    from collections.abc import Mapping
+
+    order: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}/{key}" if prefix else str(key)
+            if isinstance(value, Mapping):
+                walk(value, path)
+            else:
+                order.append(path)
+
+    def init(key: jax.Array) -> None:
+        variables = model.init(key, *args, **kwargs)
+        if collection not in variables:
+            raise ValueError(
+                f"param_order: the model has no '{collection}' collection; it has "
+                f"{sorted(variables)}."
+            )
+        walk(variables[collection], "")
+
+    jax.eval_shape(init, jax.random.key(0))
+    return order
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from helpers import compat
 from helpers.models import cross_entropy
-from helpers.sharding import _axes_of, check_spec, leaves_with_paths, logical_rules
+from helpers.sharding import (
+    _axes_of,
+    check_spec,
+    leaves_with_paths,
+    logical_rules,
+    warn_unmapped_logical_names,
+)
 
 P = PartitionSpec
 
@@ -41,7 +47,8 @@ def param_shardings(
 
     Nothing is allocated: ``jax.eval_shape`` gives the boxed abstract parameters,
     ``nn.get_partition_spec`` reads their logical names, and the rules map them to
-    mesh axes. Every resulting spec is checked against its parameter's shape first
+    mesh axes. A logical name that no rule maps raises an ``UnmappedLogicalNameWarning``
+    (Flax would leave that dimension whole without a word). Every resulting spec is checked against its parameter's shape first
     (``check_spec``), so a parameter that cannot be placed fails here, naming the
     parameter, its shape, its logical axes and the mesh axis, instead of with JAX's
     error (which names only a shape) when it is placed. ``init_sharded`` and ``helpers.profile``
@@ -54,6 +61,7 @@ def param_shardings(
     rules = logical_rules(rules) if isinstance(rules, str) else rules
     abstract = jax.eval_shape(model.init, jax.random.key(0), x)
     logical = nn.get_partition_spec(abstract)["params"]
+    warn_unmapped_logical_names(logical, rules, where="param_shardings")
     specs = nn.logical_to_mesh(logical, rules)
     is_spec = lambda s: isinstance(s, PartitionSpec)  # noqa: E731
     for (name, sds), names, spec in zip(

@@ -380,25 +380,53 @@ def params(mesh8):
     return shard_tree(tree, specs, mesh8)
 
 
+def panel_ids(fig):
+    """The gid of every panel, in display order (the bar chart excluded)."""
+    return [
+        ax.get_gid() for ax in fig.axes if (ax.get_gid() or "").startswith(("param:", "vectors:"))
+    ]
+
+
+def panel(fig, gid):
+    return next(ax for ax in fig.axes if ax.get_gid() == gid)
+
+
+def headers(fig):
+    return [t.get_text() for t in fig.texts if (t.get_gid() or "").startswith("group:")]
+
+
+def bar_heights(fig):
+    bar_ax = fig.axes[-1]
+    assert bar_ax.get_gid() == "bytes-per-device"
+    return [p.get_height() for p in bar_ax.patches if (p.get_gid() or "").startswith("bar:")]
+
+
 def _check_param_figure(fig, tree):
-    names = ["dense/bias", "dense/kernel", "embed", "scale"]
-    assert len(fig.axes) == len(names) + 1  # one panel per parameter, then the bar chart
-    assert [ax.get_title().splitlines()[0] for ax in fig.axes[:-1]] == names
-    kernel = fig.axes[1]
+    # Tree order (sorted keys after shard_tree); "embed" and "scale" sit at the top level.
+    assert panel_ids(fig) == [
+        "param:dense/bias",
+        "param:dense/kernel",
+        "param:embed",
+        "param:scale",
+    ]
+    assert len(fig.axes) == 4 + 1  # one panel per parameter (nothing repeats), the bar chart
+    assert [ax.get_title().splitlines()[0] for ax in fig.axes[:-1]] == [
+        "dense/bias", "dense/kernel", "embed", "scale"
+    ]  # fmt: skip
+    assert headers(fig) == ["dense"]  # the top-level arrays get no header
+    kernel = panel(fig, "param:dense/kernel")
     assert [devs for _, _, devs, _ in blocks(kernel)] == [(i,) for i in range(8)]
-    assert block_labels(fig.axes[0]) == ["all 8"]
-    assert "folded" in fig.axes[2].get_title()
+    assert block_labels(panel(fig, "param:dense/bias")) == ["all 8"]
+    assert "folded" in panel(fig, "param:embed").get_title()
     bar_ax = fig.axes[-1]
     planned = planned_bytes_per_device(tree)
     bars = [p for p in bar_ax.patches if (p.get_gid() or "").startswith("bar:")]
     assert [b.get_gid() for b in bars] == [f"bar:{k}" for k in planned]
     assert [b.get_height() for b in bars] == list(planned.values())
     assert [mcolors.to_hex(b.get_facecolor()) for b in bars] == [device_color(i) for i in range(8)]
-    # The bars count the tree that was drawn (a notebook may draw part of a model): the title
-    # says so, rather than "all parameters".
-    assert bar_ax.get_title() == "bytes held per device\n(of the parameters drawn)"
     # 64*32*4/8 + 32*4 + 2*16*8*4/8 + 4 bytes on every device.
     assert set(planned.values()) == {1024 + 128 + 128 + 4}
+    assert "the sum of all 4 arrays drawn" in bar_ax.get_title()
 
 
 def test_draw_param_shardings_placed_tree(params):
@@ -413,37 +441,144 @@ def test_draw_param_shardings_abstract_tree(params):
     )
     fig = draw_param_shardings(abstract)
     _check_param_figure(fig, abstract)
-    assert "4 parameters" in fig.get_suptitle()
+    assert "4 arrays" in fig.get_suptitle()
 
 
-def test_draw_param_shardings_flax_model_abstract():
+def _abstract(model, x, mesh, rules):
     """A Flax model's parameters, never allocated: shapes from eval_shape, shardings from
-    the FSDP logical-axis rules."""
+    the logical-axis rules."""
     import flax.linen as nn
 
-    from helpers.models import ModelConfig, synthetic_batch
     from helpers.train import param_shardings
 
-    cfg = ModelConfig(d_model=16, d_ff=32, n_layers=1, n_classes=8, batch=8, seq=2)
+    shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), x)["params"])
+    shardings = param_shardings(model, x, mesh, rules)
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, shardings
+    )
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    from helpers.models import TransformerConfig, synthetic_tokens
+    from helpers.sharding import param_order
+
+    cfg = TransformerConfig(n_layers=4, n_heads=8, vocab_multiple=1024, batch=8, seq=8)
+    x, _ = synthetic_tokens(jax.random.key(0), cfg)
+    model = cfg.model()
+    return cfg, model, x, param_order(model, x)
+
+
+def test_draw_param_shardings_flax_mlp_stack_in_model_order():
+    from helpers.models import ModelConfig, synthetic_batch
+    from helpers.sharding import param_order
+
+    cfg = ModelConfig(d_model=16, d_ff=32, n_layers=2, n_classes=8, batch=8, seq=2)
     mesh = make_mesh((8, 1), ("data", "model"))
     x, _ = synthetic_batch(jax.random.key(0), cfg)
     model = cfg.model()
-    shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), x)["params"])
-    shardings = param_shardings(model, x, mesh, "fsdp")
-    abstract = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, shardings
-    )
-    n = len(jax.tree.leaves(abstract))
-    fig = draw_param_shardings(abstract)
-    assert len(fig.axes) == n + 1
-    titles = [ax.get_title().splitlines()[0] for ax in fig.axes[:-1]]
-    assert "block_0/up/kernel" in titles and "head/bias" in titles
-    up = fig.axes[titles.index("block_0/up/kernel")]
-    assert [devs for _, _, devs, _ in blocks(up)] == [(i,) for i in range(8)]  # "embed" on data
-    heights = [
-        p.get_height() for p in fig.axes[-1].patches if (p.get_gid() or "").startswith("bar:")
+    abstract = _abstract(model, x, mesh, "fsdp")
+    fig = draw_param_shardings(abstract, order=param_order(model, x))
+    # block_1 is block_0 again: folded. The LayerNorm vectors and the biases that FSDP
+    # leaves whole share a panel, where the first of them sits; "up" comes before "down".
+    assert panel_ids(fig) == [
+        "vectors:block_0/LayerNorm_0/scale,block_0/LayerNorm_0/bias,block_0/up/bias,block_0/down/bias",
+        "param:block_0/up/kernel",
+        "param:block_0/down/kernel",
+        "vectors:final_norm/scale,final_norm/bias",
+        "param:head/kernel",
+        "param:head/bias",
     ]
-    assert heights == list(planned_bytes_per_device(abstract).values())
+    assert headers(fig)[0].startswith("block_0..1  ×2")
+    up = panel(fig, "param:block_0/up/kernel")
+    assert [devs for _, _, devs, _ in blocks(up)] == [(i,) for i in range(8)]  # "embed" on data
+    assert bar_heights(fig) == list(planned_bytes_per_device(abstract).values())
+    assert "the sum of all 16 arrays drawn" in fig.axes[-1].get_title()
+
+
+def test_draw_param_shardings_folds_a_transformer(transformer):
+    cfg, model, x, order = transformer
+    mesh = make_mesh((4, 2), ("data", "model"))
+    abstract = _abstract(model, x, mesh, "fsdp_tp")
+    assert len(jax.tree.leaves(abstract)) == 44
+    fig = draw_param_shardings(abstract, order=order)
+    block = ["attn/query", "attn/key", "attn/value", "attn/out", "mlp/up", "mlp/down"]
+    norms = ["attn_norm/scale", "attn_norm/bias", "mlp_norm/scale", "mlp_norm/bias"]
+    assert panel_ids(fig) == [
+        "param:token_embed/embedding",
+        "vectors:" + ",".join(f"block_0/{n}" for n in norms),
+        *[f"param:block_0/{k}/kernel" for k in block],
+        "vectors:final_norm/scale,final_norm/bias",
+        "param:lm_head/kernel",
+    ]
+    assert headers(fig) == [
+        "token_embed", "block_0..3  ×4, identical: drawn once", "final_norm", "lm_head"
+    ]  # fmt: skip
+    # The folded panel draws block_0's query kernel (embed on data, heads on model).
+    query = panel(fig, "param:block_0/attn/query/kernel")
+    assert query.get_title().splitlines()[0] == "block_0..3/attn/query/kernel"
+    assert [devs for _, _, devs, _ in blocks(query)] == [(d,) for d in range(8)]
+    assert "P('data', 'model', None)" in query.get_title()
+    # A vector panel: one striped bar per vector, in all eight device colours.
+    vectors = panel(fig, "vectors:" + ",".join(f"block_0/{n}" for n in norms))
+    bars = [p for p in vectors.patches if (p.get_gid() or "").startswith("vector:")]
+    assert [b.get_gid() for b in bars] == [f"vector:{n}:devices=0,1,2,3,4,5,6,7" for n in norms]
+    stripes = {
+        mcolors.to_hex(p.get_facecolor()) for p in vectors.patches if p.get_gid() == "stripe"
+    }
+    assert stripes == {device_color(i) for i in range(8)}
+    # The bars count every array, the folded layers too.
+    assert bar_heights(fig) == list(planned_bytes_per_device(abstract).values())
+    assert "the sum of all 44 arrays drawn" in fig.axes[-1].get_title()
+    note = next(t.get_text() for t in fig.texts if t.get_gid() == "fold-note")
+    assert "44 arrays in 10 panels, in model order" in note and "block_0..3 ×4" in note
+
+
+def test_a_50_array_transformer_fits_a_readable_figure():
+    from helpers.models import TransformerConfig, synthetic_tokens
+
+    cfg = TransformerConfig(n_layers=5, n_heads=8, vocab_multiple=1024, batch=8, seq=8)
+    x, _ = synthetic_tokens(jax.random.key(0), cfg)
+    abstract = _abstract(cfg.model(), x, make_mesh((8, 1), ("data", "model")), "fsdp")
+    assert len(jax.tree.leaves(abstract)) == 54
+    folded = draw_param_shardings(abstract)
+    w, h = folded.get_size_inches()
+    assert w < 40 and h < 60
+    assert len(panel_ids(folded)) == 10
+    every = draw_param_shardings(abstract, fold=False)
+    assert len(panel_ids(every)) == 54  # fold=False: one panel per array
+    assert headers(every)[:2] == ["block_0", "block_1"]  # each layer under its own header
+    assert every.get_size_inches()[1] > 3 * h
+
+
+def test_layers_that_differ_are_not_folded(transformer):
+    cfg, model, x, order = transformer
+    mesh = make_mesh((8, 1), ("data", "model"))
+    abstract = _abstract(model, x, mesh, "fsdp")
+    other = NamedSharding(mesh, P(None, None, "data"))  # block_1's query split differently
+    q = abstract["block_1"]["attn"]["query"]["kernel"]
+    abstract["block_1"]["attn"]["query"]["kernel"] = jax.ShapeDtypeStruct(
+        q.shape, q.dtype, sharding=other
+    )
+    fig = draw_param_shardings(abstract, order=order)
+    assert [h.split("  ")[0] for h in headers(fig)] == [
+        "token_embed", "block_0", "block_1", "block_2..3", "final_norm", "lm_head"
+    ]  # fmt: skip
+
+
+def test_without_order_numbers_sort_naturally(mesh8):
+    s = NamedSharding(mesh8, P("data"))
+    tree = {  # different shapes, so that nothing folds
+        f"block_{i}": {"w": jax.ShapeDtypeStruct((8 * (i + 1), 4), jnp.float32, sharding=s)}
+        for i in (10, 2, 1)
+    }
+    sorted_tree = jax.tree.map(lambda a: a, tree)  # jax.tree sorts: block_1, block_10, block_2
+    assert list(sorted_tree) == ["block_1", "block_10", "block_2"]
+    fig = draw_param_shardings(sorted_tree)
+    assert panel_ids(fig) == ["param:block_1/w", "param:block_2/w", "param:block_10/w"]
+    # A dict in creation order (as Flax's init returns it) keeps that order.
+    fig = draw_param_shardings({"up": tree["block_1"], "down": tree["block_2"]})
+    assert panel_ids(fig) == ["param:up/w", "param:down/w"]
 
 
 def test_draw_param_shardings_rejects_non_array_leaf(params):

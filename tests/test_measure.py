@@ -5,6 +5,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from helpers import (
+    collective_ops,
     collective_stats,
     format_collectives,
     make_mesh,
@@ -159,3 +160,73 @@ def test_collective_permute_to_itself_moves_nothing():
     )  # fmt: skip
     stats = collective_stats(jax.jit(ring).lower(jnp.ones((32, 2))).compile())
     assert stats["collective-permute"]["sent_per_device"] == 4 * 2 * 4
+
+
+HLO_LOOP = """
+HloModule m, num_partitions=4
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  %x = f32[8]{0} get-tuple-element(%p), index=1
+  %m = f32[8]{0} multiply(%x, %x), metadata={op_name="jit(step)/while/body/block/mlp/down/dot_general"}
+  %ar = f32[8]{0} all-reduce(%m), channel_id=1, replica_groups=[1,4]<=[4], to_apply=%add, metadata={op_name="jit(step)/while/body/ar"}
+  ROOT %t = (s32[], f32[8]{0}) tuple(%i, %ar)
+}
+
+ENTRY %main (a: f32[8]) -> f32[32] {
+  %a = f32[8]{0} parameter(0), metadata={op_name="jit(step)/lm_head/kernel"}
+  %w = (s32[], f32[8]{0}) while(%t0), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"5"}}
+  ROOT %g = f32[32]{0} all-gather(%a), channel_id=2, replica_groups=[1,4]<=[4], dimensions={0}, metadata={op_name="jit(step)/gather"}
+}
+"""
+
+
+def test_collective_ops_know_their_loop_and_their_source():
+    ar, ag = collective_ops(HLO_LOOP)
+    assert (ar.kind, ar.arrays, ar.group, ar.runs) == ("all-reduce", (("f32", (8,)),), 4, 5)
+    assert ar.sources == ("jit(step)/while/body/block/mlp/down/dot_general",)  # what went in
+    assert ar.bytes == 32 and ar.sent_per_device == pytest.approx(2 * 32 * 3 / 4)
+    assert (ag.kind, ag.bytes, ag.runs) == ("all-gather", 128, 1)
+    assert ag.sources == ("jit(step)/lm_head/kernel",)
+    as_written = collective_stats(HLO_LOOP)
+    per_step = collective_stats(HLO_LOOP, per_step=True)
+    assert as_written["all-reduce"]["ops"] == 1 and per_step["all-reduce"]["ops"] == 5
+    assert per_step["all-reduce"]["sent_per_device"] == pytest.approx(5 * 48)
+    assert per_step["all-gather"] == as_written["all-gather"]
+
+
+def test_collective_ops_of_a_combined_all_reduce_name_each_operand():
+    (ag, ar, rs, cp) = collective_ops(HLO_ASYNC)
+    assert ag.kind == "all-gather" and ag.arrays == (("f32", (128, 128)),)
+    assert ar.arrays == (("f32", (10,)), ("bf16", (20,))) and ar.group == 2
+    assert rs.arrays == (("f32", (16,)),)  # the full input: a shard of 4 x a group of 4
+    assert cp.sent_per_device == 32
+
+
+def test_collective_ops_count_a_scanned_gather_once_per_layer(mesh):
+    """A weight stack split over 'data', scanned layer by layer: each layer's slice is
+    gathered inside the loop body, so the gather runs once per layer."""
+    layers = 3
+
+    def f(ws, x):
+        def body(h, w):
+            return jnp.tanh(h @ w), None
+
+        return jax.lax.scan(body, x, ws)[0].sum()
+
+    s = lambda *spec: NamedSharding(mesh, P(*spec))  # noqa: E731
+    ws = jax.ShapeDtypeStruct((layers, 64, 64), jnp.float32)
+    x = jax.ShapeDtypeStruct((16, 64), jnp.float32)
+    compiled = jax.jit(f, in_shardings=(s(None, "data"), s())).lower(ws, x).compile()
+    looped = [c for c in collective_ops(compiled) if c.runs > 1]
+    assert looped and all(c.runs == layers for c in looped)
+    per_step = collective_stats(compiled, per_step=True)
+    as_written = collective_stats(compiled)
+    kind = looped[0].kind
+    assert per_step[kind]["ops"] > as_written[kind]["ops"]

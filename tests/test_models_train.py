@@ -1,5 +1,6 @@
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +8,16 @@ import optax
 import pytest
 
 from helpers import make_mesh, memory_per_device
-from helpers.models import ModelConfig, cross_entropy, synthetic_batch
+from helpers.models import (
+    MarkovLanguage,
+    ModelConfig,
+    TransformerConfig,
+    TransformerLM,
+    cross_entropy,
+    padded_vocab_size,
+    synthetic_batch,
+    synthetic_tokens,
+)
 from helpers.profile import compare_strategies
 from helpers.train import init_sharded, make_train_step, param_shardings
 
@@ -72,10 +82,14 @@ def test_fsdp_shards_params_and_adam_state(dp_run):
 def test_strategies_train_the_same_model(dp_run, strategy, shape):
     _, dp_params, _, dp_losses = dp_run
     _, params, _, losses = _train(strategy, shape)
-    np.testing.assert_allclose(losses, dp_losses, rtol=1e-5)
+    _assert_same_training(params, losses, dp_params, dp_losses)
+
+
+def _assert_same_training(params, losses, ref_params, ref_losses):
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
     for a, b in zip(
         jax.tree.leaves(jax.device_get(params)),
-        jax.tree.leaves(jax.device_get(dp_params)),
+        jax.tree.leaves(jax.device_get(ref_params)),
         strict=True,
     ):
         np.testing.assert_allclose(a, b, atol=1e-4)
@@ -154,3 +168,104 @@ def test_train_step_checks_the_batch(mesh3):
         step(state.params, state.opt_state, x4, y4)
     with pytest.raises(ValueError, match=match):
         step.lower(state.params, state.opt_state, x4, y4)
+
+
+# ---------------------------------------------------------------------------
+# The Transformer language model
+# ---------------------------------------------------------------------------
+
+TCFG = TransformerConfig(n_layers=1, n_heads=8, batch=16, seq=8, vocab_multiple=1024)
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_transformer_param_count_formula_matches_init(scan_layers):
+    cfg = dataclasses.replace(TCFG, n_layers=3, scan_layers=scan_layers)
+    tokens, _ = synthetic_tokens(jax.random.key(0), cfg)
+    params = jax.eval_shape(cfg.model().init, jax.random.key(0), tokens)["params"]
+    assert sum(np.prod(x.shape) for x in jax.tree.leaves(params)) == cfg.param_count()
+    if scan_layers:  # stacked under "blocks", with a leading "layers" dimension
+        q = params["blocks"]["block"]["attn"]["query"]["kernel"]
+        assert q.names == ("layers", "embed", "heads", "kv") and q.value.shape == (3, 64, 8, 16)
+
+
+def test_transformer_flops_formula_against_xla():
+    """6·N·tokens for the matmul parameters plus PaLM's 12·L·H·Q·T per token for attention:
+    XLA's own count of the gradient (the same matmuls, plus its elementwise work) lands
+    just above it."""
+    from helpers import compat
+
+    cfg = dataclasses.replace(TCFG, seq=64, batch=4)
+    model = cfg.model()
+    tokens, targets = synthetic_tokens(jax.random.key(0), cfg)
+    params = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), tokens))["params"]
+
+    def loss(p):
+        return cross_entropy(model.apply({"params": p}, tokens), targets)
+
+    flops = compat.cost_flops(jax.jit(jax.grad(loss)).lower(params).compile())
+    if flops is None:
+        pytest.skip("this backend has no cost analysis")
+    assert 1.0 <= flops / cfg.train_flops_per_step() < 1.1
+    attention = 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * cfg.seq * cfg.batch * cfg.seq
+    assert cfg.train_flops_per_step() == 6 * cfg.matmul_params() * cfg.batch * cfg.seq + attention
+
+
+def test_padded_vocabulary_and_its_masked_logits():
+    assert padded_vocab_size(1003, 128) == 1024 and padded_vocab_size(50257, 128 * 8) == 51200
+    assert padded_vocab_size(1024, 1024) == 1024
+    with pytest.raises(ValueError, match="multiple=0"):
+        padded_vocab_size(1003, 0)
+    cfg = dataclasses.replace(TCFG, n_layers=1)
+    assert cfg.padded_vocab == 1024
+    tokens, _ = synthetic_tokens(jax.random.key(0), cfg)
+    model = cfg.model()
+    logits = model.apply(model.init(jax.random.key(0), tokens), tokens)
+    assert logits.shape == (16, 8, 1024)
+    assert bool(jnp.all(logits[..., 1003:] == -1e9)) and bool(jnp.all(logits[..., :1003] > -1e8))
+    with pytest.raises(ValueError, match="padded_vocab=10 is smaller than vocab_size=1003"):
+        TransformerLM(padded_vocab=10).init(jax.random.key(0), tokens)
+
+
+def test_markov_language_is_learnable_and_fixed():
+    lang = MarkovLanguage(50, branching=4)
+    assert lang.probs.tolist() == pytest.approx([8 / 15, 4 / 15, 2 / 15, 1 / 15])
+    assert lang.entropy() == pytest.approx(-(lang.probs * np.log(lang.probs)).sum())
+    tokens = np.asarray(lang.sample(jax.random.key(0), 64, 20))
+    assert tokens.shape == (64, 20) and tokens.dtype == np.int32
+    for row in tokens:  # every next token is one of the previous token's successors
+        for a, b in zip(row[:-1], row[1:], strict=True):
+            assert b in lang.successors[a]
+    again = np.asarray(MarkovLanguage(50, branching=4).sample(jax.random.key(0), 64, 20))
+    np.testing.assert_array_equal(tokens, again)
+    cfg = dataclasses.replace(TCFG, vocab_size=50)
+    inputs, targets = synthetic_tokens(jax.random.key(1), cfg)
+    np.testing.assert_array_equal(np.asarray(inputs)[:, 1:], np.asarray(targets)[:, :-1])
+    with pytest.raises(ValueError, match="branching=0"):
+        MarkovLanguage(50, branching=0)
+
+
+def _train_lm(strategy, shape, steps=2):
+    mesh = make_mesh(shape, ("data", "model"))
+    opt = optax.adam(3e-3)
+    model = TCFG.model()
+    x, y = synthetic_tokens(jax.random.key(0), TCFG)
+    state = init_sharded(model, x, mesh, strategy, jax.random.key(0), opt)
+    step = make_train_step(model, opt, mesh, state, strategy)
+    params, opt_state, losses = state.params, state.opt_state, []
+    for i in range(steps):
+        xb, yb = synthetic_tokens(jax.random.key(i + 1), TCFG)
+        params, opt_state, loss = step(params, opt_state, xb, yb)
+        losses.append(float(loss))
+    return params, losses
+
+
+def test_transformer_tensor_parallel_trains_like_data_parallel():
+    """Integer token batches go through init_sharded and make_train_step unchanged; heads,
+    MLP width and vocabulary split over "model" (DenseGeneral's 3-D kernels included)
+    give DP's losses and parameters."""
+    dp_params, dp_losses = _train_lm("dp", (8, 1))
+    tp_params, tp_losses = _train_lm("tp", (1, 8))
+    q = tp_params["block_0"]["attn"]["query"]["kernel"]
+    assert q.sharding.spec == jax.sharding.PartitionSpec(None, "model", None)
+    assert tp_params["lm_head"]["kernel"].sharding.spec == jax.sharding.PartitionSpec(None, "model")
+    _assert_same_training(tp_params, tp_losses, dp_params, dp_losses)

@@ -124,7 +124,7 @@ def test_fsdp_unknown_axis(mesh):
 
 
 def test_logical_rules_presets():
-    assert set(LOGICAL_RULES) == {"dp", "fsdp", "fsdp_all", "tp", "hybrid", "fsdp_tp"}
+    assert set(LOGICAL_RULES) == {"dp", "fsdp", "fsdp_all", "tp", "hybrid", "fsdp_tp", "tp_sp"}
     assert dict(logical_rules("fsdp"))["embed"] == "data"
     assert dict(logical_rules("tp"))["mlp"] == "model"
     assert dict(logical_rules("dp"))["embed"] is None
@@ -223,3 +223,149 @@ def test_shard_tree_needs_the_tree_structure(mesh):
         r"'data' \(size 4\) x 'model' \(size 2\) does not divide",
     ):
         shard_tree(tree, {"a": P(None, ("data", "model")), "b": P()}, mesh)
+
+
+# ---------------------------------------------------------------------------
+# Conventional logical names, and the names no rule maps
+# ---------------------------------------------------------------------------
+
+
+def test_every_preset_maps_every_conventional_name_once():
+    from helpers.sharding import LOGICAL_NAMES
+
+    for strategy, rules in LOGICAL_RULES.items():
+        assert [name for name, _ in rules] == list(LOGICAL_NAMES), strategy
+    for name in ("batch", "length", "embed", "mlp", "heads", "kv", "vocab", "norm"):
+        assert name in LOGICAL_NAMES
+    tp = dict(logical_rules("tp"))
+    assert tp["heads"] == tp["mlp"] == tp["vocab"] == "model" and tp["kv"] is None
+    assert dict(logical_rules("fsdp_all"))["norm"] == "data"
+    assert dict(logical_rules("fsdp"))["norm"] is None
+
+
+def test_rule_order_decides_who_gets_a_mesh_axis():
+    """Flax gives a mesh axis to the first rule that asks for it: under tp_sp the heads of
+    an attention activation win over its length, and a residual activation, which has no
+    heads, is split along its length. Under fsdp, the batch wins over embed."""
+    import flax.linen as nn
+
+    tp_sp = logical_rules("tp_sp")
+    assert nn.logical_to_mesh_axes(("batch", "length", "heads", "kv"), tp_sp) == P(
+        None, None, "model", None
+    )
+    assert nn.logical_to_mesh_axes(("batch", "length", "embed"), tp_sp) == P(None, "model", None)
+    assert nn.logical_to_mesh_axes(("batch", "length", "vocab"), tp_sp) == P(None, None, "model")
+    fsdp = logical_rules("fsdp")
+    assert nn.logical_to_mesh_axes(("batch", "length", "embed"), fsdp) == P("data", None, None)
+    assert nn.logical_to_mesh_axes(("embed", "heads", "kv"), fsdp) == P("data", None, None)
+
+
+class _ForeignModel:
+    """A model that names its dimensions its own way: 'hidden' and 'features' are in no preset."""
+
+    @staticmethod
+    def build():
+        import flax.linen as nn
+
+        class Foreign(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                init = nn.initializers.lecun_normal()
+                x = nn.Dense(32, kernel_init=nn.with_logical_partitioning(init, ("embed", "hidden")),
+                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("hidden",)),
+                             name="wi")(x)  # fmt: skip
+                return nn.Dense(16, kernel_init=nn.with_logical_partitioning(init, ("hidden", "features")),
+                                use_bias=False, name="wo")(x)  # fmt: skip
+
+        return Foreign()
+
+
+def test_unmapped_names_of_a_model_outside_the_presets():
+    import flax.linen as nn
+
+    from helpers.sharding import format_unmapped, logical_names, unmapped_logical_names
+
+    model, x = _ForeignModel.build(), jnp.ones((8, 16))
+    abstract = jax.eval_shape(model.init, jax.random.key(0), x)
+    assert logical_names(abstract) == {
+        "embed": ("params/wi/kernel",),
+        "hidden": ("params/wi/bias", "params/wi/kernel", "params/wo/kernel"),
+        "features": ("params/wo/kernel",),
+    }
+    want = {
+        "hidden": ("params/wi/bias", "params/wi/kernel", "params/wo/kernel"),
+        "features": ("params/wo/kernel",),
+    }
+    for strategy in LOGICAL_RULES:
+        assert unmapped_logical_names(abstract, strategy) == want
+    # The same from the logical PartitionSpecs, and from explicit rules.
+    specs = nn.get_partition_spec(abstract)
+    assert unmapped_logical_names(specs, "fsdp") == want
+    rules = (*logical_rules("fsdp"), ("hidden", "data"), ("features", None))
+    assert unmapped_logical_names(abstract, rules) == {}
+    assert format_unmapped(want).splitlines() == [
+        "'hidden' (3 parameters: params/wi/bias, params/wi/kernel, ...)",
+        "'features' (1 parameter: params/wo/kernel)",
+    ]
+    assert format_unmapped({}) == "every logical name has a rule"
+    with pytest.raises(ValueError, match="strategy='zero3'"):
+        unmapped_logical_names(abstract, "zero3")
+
+
+def test_applying_a_preset_through_the_helpers_warns_about_unmapped_names():
+    from helpers.sharding import UnmappedLogicalNameWarning
+    from helpers.train import param_shardings
+
+    model, x = _ForeignModel.build(), jnp.ones((8, 16))
+    mesh = make_mesh((8, 1), ("data", "model"))
+    with pytest.warns(
+        UnmappedLogicalNameWarning, match=r"'hidden', 'features'.*whole on every device"
+    ):
+        shardings = param_shardings(model, x, mesh, "fsdp")
+    # What Flax did with them, silently: 'hidden' and 'features' split over nothing.
+    assert shardings["wi"]["kernel"].spec == P("data", None)
+    assert shardings["wo"]["kernel"].spec == P(None, None)
+
+
+def test_the_series_models_use_only_names_every_preset_maps():
+    from helpers.models import ModelConfig, TransformerConfig, synthetic_batch, synthetic_tokens
+    from helpers.sharding import unmapped_logical_names
+
+    cfg = TransformerConfig(n_layers=1, batch=2, seq=4)
+    tokens, _ = synthetic_tokens(jax.random.key(0), cfg)
+    for c, x in [
+        (cfg, tokens),
+        (ModelConfig(batch=2), synthetic_batch(jax.random.key(0), ModelConfig(batch=2))[0]),
+    ]:
+        abstract = jax.eval_shape(c.model().init, jax.random.key(0), x)
+        for strategy in LOGICAL_RULES:
+            assert unmapped_logical_names(abstract, strategy) == {}, (c, strategy)
+
+
+def test_param_order_is_the_order_flax_creates_parameters():
+    from helpers.models import ModelConfig, TransformerConfig, synthetic_batch, synthetic_tokens
+    from helpers.sharding import param_order
+
+    mcfg = ModelConfig(n_layers=2, batch=2)
+    x, _ = synthetic_batch(jax.random.key(0), mcfg)
+    order = param_order(mcfg.model(), x)
+    assert order[:6] == [
+        "block_0/LayerNorm_0/scale", "block_0/LayerNorm_0/bias", "block_0/up/kernel",
+        "block_0/up/bias", "block_0/down/kernel", "block_0/down/bias",
+    ]  # fmt: skip
+    assert order[-4:] == ["final_norm/scale", "final_norm/bias", "head/kernel", "head/bias"]
+    tcfg = TransformerConfig(n_layers=11, batch=2, seq=4)
+    tokens, _ = synthetic_tokens(jax.random.key(0), tcfg)
+    order = param_order(tcfg.model(), tokens)
+    assert order[0] == "token_embed/embedding" and order[-1] == "lm_head/kernel"
+    assert order[1:11] == [
+        f"block_0/{n}" for n in (
+            "attn_norm/scale", "attn_norm/bias", "attn/query/kernel", "attn/key/kernel",
+            "attn/value/kernel", "attn/out/kernel", "mlp_norm/scale", "mlp_norm/bias",
+            "mlp/up/kernel", "mlp/down/kernel",
+        )
+    ]  # fmt: skip
+    blocks = [p.split("/")[0] for p in order if p.startswith("block_")][::10]
+    assert blocks == [f"block_{i}" for i in range(11)]  # block_2 before block_10
+    with pytest.raises(ValueError, match="no 'batch_stats' collection"):
+        param_order(tcfg.model(), tokens, collection="batch_stats")
