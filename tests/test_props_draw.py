@@ -115,3 +115,34 @@ def test_draw_mesh_refuses_an_array_and_draw_sharding_draws_one_on_one_device():
     with pytest.raises(ValueError, match="draw_mesh"):
         draw_mesh(x)
     assert [d for *_, d, _ in _drawn_blocks(draw_sharding(x))] == [(0,)]
+
+
+@settings(max_examples=12)
+@given(st.data(), st.integers(1, 12), st.booleans())
+def test_draw_param_shardings_sums_every_array_and_stays_a_readable_size(data, layers, fold):
+    from helpers import draw_param_shardings, planned_bytes_per_device
+
+    mesh = data.draw(meshes(max_axes=2))
+    kernel = data.draw(placed_arrays(mesh, max_rank=2))
+    vector = jax.device_put(
+        jax.numpy.zeros(3), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    )
+    tree = {f"block_{i}": {"kernel": kernel, "bias": vector} for i in range(layers)}
+    fig = draw_param_shardings(tree, fold=fold)
+    try:
+        planned = planned_bytes_per_device(tree)
+        bars = [p for p in fig.axes[-1].patches if (p.get_gid() or "").startswith("bar:")]
+        assert [b.get_height() for b in bars] == list(planned.values())
+        panels = [
+            a for a in fig.axes[:-1] if (a.get_gid() or "").startswith(("param:", "vectors:"))
+        ]
+        assert 1 <= len(panels) <= 2 * layers
+        if not fold:
+            assert len(panels) == 2 * layers  # one per array
+        else:
+            assert len(panels) <= 2  # identical layers fold into one kernel and one vector panel
+        w, h = fig.get_size_inches()
+        assert w <= 40 and h <= 60
+        assert f"all {2 * layers} arrays" in fig.axes[-1].get_title()
+    finally:
+        plt.close(fig)

@@ -228,3 +228,30 @@ def test_flax_nnx_compiled_steps_are_read_through_their_wrapper():
     assert step_memory(compiled) == step_memory(compiled.compiled)
     with pytest.raises(TypeError, match="not partitioned yet"):
         collective_stats(lowered)
+
+
+@settings(max_examples=10)
+@given(st.integers(2, 8), st.integers(1, 4))
+def test_collective_ops_add_up_to_collective_stats(n, layers):
+    from helpers.measure import collective_ops
+
+    mesh = make_mesh((n,), ("data",))
+    ws = jax.ShapeDtypeStruct(
+        (layers, 8 * n, 8), jnp.float32, sharding=NamedSharding(mesh, P(None, "data"))
+    )
+    x = jax.ShapeDtypeStruct((4, 8 * n), jnp.float32, sharding=NamedSharding(mesh, P()))
+
+    def f(ws, x):
+        return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w @ w.T), None), x, ws)[0].sum()
+
+    compiled = jax.jit(jax.grad(f)).lower(ws, x).compile()
+    ops = collective_ops(compiled)
+    for per_step in (False, True):
+        stats = collective_stats(compiled, per_step=per_step)
+        for kind, entry in stats.items():
+            mine = [o for o in ops if o.kind == kind]
+            times = [o.runs if per_step else 1 for o in mine]
+            assert entry["ops"] == sum(times)
+            assert entry["sent_per_device"] == pytest.approx(
+                sum(t * o.sent_per_device for t, o in zip(times, mine, strict=True))
+            )

@@ -148,3 +148,21 @@ def test_every_preset_maps_each_logical_name_once_to_a_known_axis(strategy):
         axes |= set(() if entry is None else (entry,) if isinstance(entry, str) else entry)
     assert axes <= {"data", "model"}
     assert set(STRATEGY_AXES[strategy]) <= axes | {"data"}
+
+
+@settings(max_examples=60)
+@given(st.data(), st.sampled_from([1, 64, 2**12]))
+def test_fsdp_warns_exactly_when_it_shards_nothing_on_several_devices(data, min_size):
+    import warnings as _w
+
+    from helpers.sharding import FSDPShardsNothingWarning
+
+    mesh = data.draw(meshes(max_axes=1))
+    leaves = data.draw(st.lists(shapes(0, 3), min_size=1, max_size=3))
+    tree = {f"p{i}": jax.ShapeDtypeStruct(s, jnp.float32) for i, s in enumerate(leaves)}
+    with _w.catch_warnings(record=True) as caught:
+        _w.simplefilter("always")
+        specs = fsdp_specs(tree, mesh, axis="data", min_size=min_size)
+    nothing = all(all(e is None for e in spec) for spec in specs.values())
+    warned = any(issubclass(w.category, FSDPShardsNothingWarning) for w in caught)
+    assert warned == (nothing and mesh.size > 1)
