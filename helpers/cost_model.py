@@ -6,9 +6,11 @@ the FLOPs per token, the bytes each device sends, the time they take, and where 
 stops being compute-bound (its *knee*). It is plain arithmetic: no jax, no plotting.
 
 A step has two phases, and each collective can hide only behind the compute of its own
-phase: FSDP's all-gather of the weights behind the forward pass (2 FLOPs per matmul
-parameter and token), the gradient reduction behind the backward pass (4 FLOPs, or 6 when
-``remat`` recomputes the forward). With ring collectives over ``N`` devices, one *unit*
+phase: FSDP's all-gather of the weights behind the forward pass (a third of the step's
+FLOPs: 2 per matmul parameter and token), the gradient reduction behind the backward pass
+(two thirds: 4 per matmul parameter and token, or 6 when ``remat`` recomputes the
+forward). A Transformer's attention matmuls (scores and weighted sum) have no parameters
+but split the same way, one third forward and two thirds backward. With ring collectives over ``N`` devices, one *unit*
 is what each device sends to all-gather (or reduce-scatter) every parameter once:
 ``P x b x (N-1)/N`` bytes, for ``P`` parameters and ``b`` bytes per parameter on the
 wire. An all-reduce is a reduce-scatter plus an all-gather, two units. Per step:
@@ -100,7 +102,8 @@ class Phases(NamedTuple):
 
 
 class SizedModel(Protocol):
-    """What the cost model reads from a model config (``helpers.models.ModelConfig`` has it)."""
+    """What the cost model reads from a model config (``helpers.models.ModelConfig`` and
+    ``TransformerConfig`` have it)."""
 
     batch: int
     seq: int
@@ -111,14 +114,24 @@ class SizedModel(Protocol):
 
 
 def flops_per_token(cfg: SizedModel, *, remat: bool = False) -> Phases:
-    """Training FLOPs per token, per phase: 2 x matmul parameters forward, 4 backward.
+    """Training FLOPs per token, per phase: a third of ``cfg.train_flops_per_step()``
+    forward, two thirds backward.
 
-    Derived from ``cfg.train_flops_per_step()`` (6 x tokens x matmul parameters). With
-    ``remat`` the backward pass first recomputes the forward: 6 instead of 4. Model FLOPs
-    (and so MFU) count the 6, whatever the hardware does.
+    Every matmul ``y = x W`` costs 2 FLOPs per multiply-add forward and twice that backward
+    (the gradients of ``x`` and of ``W``). For the MLP the step is 6 x tokens x matmul
+    parameters: 2 forward, 4 backward. A Transformer adds attention's two matmuls
+    (``q k^T`` and the weighted sum of ``v``), whose second operand is an activation, not a
+    parameter: PaLM's ``12·L·H·Q·T`` per token (arXiv:2204.02311, Appendix B), which also
+    splits 4 forward and 8 backward. So the split holds for both, although attention's
+    FLOPs are not 6 x any parameter count. With ``remat`` the backward pass first
+    recomputes the forward: it costs the whole step's FLOPs, not two thirds. Model FLOPs
+    (and so MFU) do not count the recompute, whatever the hardware does.
+
+    The FLOPs per token depend on ``cfg.seq`` (attention's grow with it), so a token count
+    passed to ``step_cost`` or ``knee_tokens`` means more sequences of this length.
     """
-    per_param = cfg.train_flops_per_step() / (6 * cfg.batch * cfg.seq)
-    return Phases(2 * per_param, (6 if remat else 4) * per_param)
+    third = cfg.train_flops_per_step() / (3 * cfg.batch * cfg.seq)
+    return Phases(third, (3 if remat else 2) * third)
 
 
 _UNITS = {"dp": (0, 2), "fsdp": (1, 1), "fsdp_all": (1, 1)}
@@ -215,7 +228,8 @@ def step_cost(
     tokens: Any = None,
     remat: bool = False,
 ) -> StepCost:
-    """Predicted step of ``strategy`` with ``tokens`` per device (default ``cfg``'s batch x seq).
+    """Predicted step of ``strategy`` with ``tokens`` per device (default ``cfg``'s batch x seq;
+    more tokens are more sequences of ``cfg.seq`` tokens).
 
     Weak scaling: each device keeps its own batch, so compute per device does not change
     with ``n_devices``; communication does not depend on the batch. ``flops_per_s`` is what
@@ -260,7 +274,8 @@ def compute_bound_tokens(peak_flops_per_s: float, bandwidth: float) -> float:
     """The scaling book's rule of thumb: tokens per device must exceed C / W.
 
     FLOP/s over one-way bandwidth per device. It is ``knee_tokens`` for bf16 on the wire
-    (``b = 2``) and a model whose parameters are all in matmuls, as ``N`` grows: the forward
+    (``b = 2``) and a model whose parameters are all in matmuls and whose FLOPs are all
+    6 x those parameters (no attention), as ``N`` grows: the forward
     all-gather sends ``2 P`` bytes against ``2 P`` FLOPs per token, the DP all-reduce
     ``4 P`` bytes against ``4 P`` FLOPs per token, and the ``P`` cancels.
     """

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from helpers import cost_model as cm
-from helpers.models import ModelConfig
 from helpers.profile import StrategyResult, spread
 
 
@@ -89,7 +88,7 @@ def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
     ax_m.legend(fontsize=8, loc="upper right")
     ax_m.set_ylim(0, max(max(arg + tmp), max((p or 0) / scale for p in peaks)) * 1.4)
     where = f"{r0.n_devices} x {r0.device_kind}" + (" (simulated: not GPU timings)" if cpu else "")
-    fig.suptitle(f"preset '{r0.preset}' on {where}")
+    fig.suptitle(f"model '{r0.model}', preset '{r0.preset}' on {where}")
     return fig
 
 
@@ -103,7 +102,7 @@ def _label(case: tuple[str, bool]) -> str:
 
 
 def plot_projection(
-    cfg: ModelConfig,
+    cfg: cm.SizedModel,
     n_devices: int,
     flops_per_s: float,
     bandwidths: dict[str, float],

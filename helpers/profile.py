@@ -1,8 +1,9 @@
 """DP against FSDP (or any other strategy): step time, memory, collectives and MFU, in one run.
 
-``compare_strategies`` trains the series' ``MLPStack`` for a few steps under each
-strategy on the same devices, the same batch and the same initial parameters, and
-measures, per strategy:
+``compare_strategies`` trains one of the series' models for a few steps under each
+strategy on the same devices, the same batch and the same initial parameters: the
+``MLPStack`` of notebooks 03-06 (``model="mlp"``, the default) or the ``TransformerLM``
+of notebook 08 (``model="transformer"``). It measures, per strategy:
 
 * compile time (lowering + XLA compilation of the training step);
 * step time over the timed steps after warm-up (median, min, max), each step ended with
@@ -11,12 +12,16 @@ measures, per strategy:
 * per-device bytes from ``step_memory`` and, on a GPU, the allocator's peak;
 * the compiled step's collectives (``collective_stats``);
 * FLOPs per step from the model's formula and from XLA's ``cost_analysis()``;
-* MFU: formula FLOPs / (median step time x devices x the device's dense bf16 peak).
+* MFU: formula FLOPs / (median step time x devices x the device's dense bf16 peak). The
+  formula is the model's own ``train_flops_per_step()``: 6 x tokens x matmul parameters for
+  the MLP; for the Transformer the same plus attention's score and weighted-sum matmuls,
+  counted as PaLM does (Chowdhery et al. 2022, arXiv:2204.02311, Appendix B).
 
 The same runs from a shell, with only jax, flax, optax, numpy (and matplotlib for
 ``--plot``) installed::
 
     PYTHONPATH=. python -m helpers.profile --strategies dp fsdp --preset tiny --json out.json
+    PYTHONPATH=. python -m helpers.profile --model transformer --preset tiny
 
 What a step *should* cost (FLOPs per token, bytes per device, knees, N-GPU projections)
 is ``helpers.cost_model``; the two figures are ``helpers.draw_profile``. This module
@@ -52,7 +57,14 @@ from helpers import compat
 from helpers.cost_model import peak_flops
 from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
 from helpers.measure import collective_stats, format_bytes, memory_per_device, step_memory
-from helpers.models import MLPStack, ModelConfig, synthetic_batch
+from helpers.models import (
+    MLPStack,
+    ModelConfig,
+    TransformerConfig,
+    padded_vocab_size,
+    synthetic_batch,
+    synthetic_tokens,
+)
 from helpers.sharding import LOGICAL_RULES, STRATEGY_AXES, logical_rules
 from helpers.train import (
     ShardedState,
@@ -86,6 +98,39 @@ PRESETS: dict[str, ModelConfig] = {
         d_model=4096, d_ff=16384, n_layers=4, n_classes=128, batch=8, seq=2048, dtype=jnp.bfloat16
     ),
 }
+#: The Transformer's presets (``--model transformer``): the same names and roles as the
+#: MLP's. All keep f32 master weights (``param_dtype``). The GPU ones compute in bf16, have
+#: every width a multiple of 128 and heads x head_dim = d_model, and pad GPT-2's
+#: 50,257-token vocabulary to a multiple of 128 (``vocab_multiple``): 50,304, nanoGPT's
+#: size. Their attention is the plain (batch, heads, seq, seq) kind, no flash kernel, so
+#: the sequence is kept at 1024; its two matmuls are about 6% of the step's FLOPs
+#: (``train_flops_per_step`` counts them, as PaLM does). Memory figures below are the step
+#: XLA plans for one CPU device (``--dry-run``): a GPU build plans differently, but it is
+#: the same arrays.
+TRANSFORMER_PRESETS: dict[str, TransformerConfig] = {
+    # Seconds on simulated CPU devices, f32. 8 heads and d_model 128 split evenly over 1, 2,
+    # 4 or 8 devices; the vocabulary 1003 -> 1008 over 2, 3, 4, 6, 7 or 8.
+    "tiny": TransformerConfig(
+        vocab_size=1003, d_model=128, n_heads=8, head_dim=16, d_ff=512, n_layers=2,
+        batch=4, seq=32, vocab_multiple=8,
+    ),
+    # A GPU with < 40 GB (L4, T4, A100-40GB): 204 M parameters, half of them the embedding
+    # and the logits; 2 x 1024 tokens per device; DP's step plans about 7.4 GiB.
+    "gpu_small": TransformerConfig(
+        vocab_size=50257, d_model=1024, n_heads=8, head_dim=128, d_ff=4096, n_layers=8,
+        batch=2, seq=1024, vocab_multiple=128, dtype=jnp.bfloat16,
+    ),
+    # An H100/H200-class GPU: 609 M parameters, 8 x 1024 = 8,192 tokens per device, so the
+    # largest matmuls are (8192 x 2048) @ (2048 x 8192) in the MLPs and (8192 x 2048) @
+    # (2048 x 50304) for the logits. DP's step plans about 40 GiB on one device (36 GiB
+    # each on 8): it fits an 80 GB GPU with room.
+    "gpu": TransformerConfig(
+        vocab_size=50257, d_model=2048, n_heads=16, head_dim=128, d_ff=8192, n_layers=8,
+        batch=8, seq=1024, vocab_multiple=128, dtype=jnp.bfloat16,
+    ),
+}  # fmt: skip
+#: The model choices and their presets (``--model``).
+MODEL_PRESETS: dict[str, dict[str, Any]] = {"mlp": PRESETS, "transformer": TRANSFORMER_PRESETS}
 #: Presets sized for a GPU: they refuse to *run* on CPU devices unless asked (``allow_cpu``).
 GPU_PRESETS = ("gpu_small", "gpu")
 #: A width that a mesh axis must divide is rounded up to a multiple of this (and of the axis).
@@ -105,10 +150,22 @@ XLA_FLOPS_NOTE = (
     "XLA cost_analysis() of the per-device SPMD program "
     "(1/N of the step unless devices repeat work)"
 )
-MFU_NOTE = (
-    "MFU = model FLOPs per step (formula 6 x tokens x matmul parameters) / "
-    "(median step time x devices x dense bf16 peak per device)"
-)
+#: What each model's formula FLOPs count (its ``train_flops_per_step()``).
+FLOPS_FORMULA = {
+    "mlp": "6 x tokens x matmul parameters",
+    "transformer": (
+        "tokens x (6 x matmul parameters + 12 x layers x heads x head_dim x seq): attention "
+        "included, as PaLM counts it, arXiv:2204.02311 Appendix B"
+    ),
+}
+
+
+def mfu_note(model: str = "mlp") -> str:
+    """The sentence that says what MFU divides, for ``model`` ("mlp" or "transformer")."""
+    return (
+        f"MFU = model FLOPs per step (formula {FLOPS_FORMULA[model]}) / "
+        "(median step time x devices x dense bf16 peak per device)"
+    )
 
 
 def gpu_compiler_options() -> dict[str, Any]:
@@ -160,45 +217,106 @@ def choose_preset(devices: Sequence[Any]) -> str:
     return "gpu"
 
 
-def resolve_preset(preset: str | ModelConfig, devices: Sequence[Any]) -> tuple[str, ModelConfig]:
-    """``(name, per-device config)`` for a preset name, ``"auto"`` or a ``ModelConfig``."""
-    if isinstance(preset, ModelConfig):
+def model_of(cfg: ModelConfig | TransformerConfig) -> str:
+    """The model choice a config builds: ``"mlp"`` or ``"transformer"``."""
+    if isinstance(cfg, TransformerConfig):
+        return "transformer"
+    if isinstance(cfg, ModelConfig):
+        return "mlp"
+    raise TypeError(
+        f"model_of: {type(cfg).__name__} is neither a ModelConfig nor a TransformerConfig."
+    )
+
+
+def resolve_preset(
+    preset: str | ModelConfig | TransformerConfig,
+    devices: Sequence[Any],
+    model: str | None = None,
+) -> tuple[str, ModelConfig | TransformerConfig]:
+    """``(name, per-device config)`` for a preset name, ``"auto"`` or a config.
+
+    ``model`` picks the family a preset name belongs to (``MODEL_PRESETS``; default
+    ``"mlp"``); a config is its own family, and a ``model`` that contradicts it is refused.
+    """
+    if isinstance(preset, ModelConfig | TransformerConfig):
+        own = model_of(preset)
+        if model not in (None, own):
+            raise ValueError(
+                f"model={model!r}, but preset is a {type(preset).__name__}, the {own!r} "
+                f"model's config; drop model= or pass model={own!r}."
+            )
         return "custom", preset
+    model = "mlp" if model is None else model
+    if model not in MODEL_PRESETS:
+        raise ValueError(f"model={model!r} is not one of {list(MODEL_PRESETS)}.")
+    presets = MODEL_PRESETS[model]
     name = choose_preset(devices) if preset == "auto" else preset
-    if name not in PRESETS:
+    if name not in presets:
         raise ValueError(
-            f"preset={preset!r} is not one of {['auto', *PRESETS]} (or a ModelConfig)."
+            f"preset={preset!r} is not one of {['auto', *presets]} (or a "
+            f"{type(next(iter(presets.values()))).__name__})."
         )
-    return name, PRESETS[name]
+    return name, presets[name]
 
 
-def config_dict(cfg: ModelConfig) -> dict[str, Any]:
-    """A ``ModelConfig`` as JSON-ready values, with parameter count and compute/param dtypes."""
+def describe(cfg: ModelConfig | TransformerConfig) -> str:
+    """The model's shape in one line: ``TransformerLM: 2 layers, d_model 128, ...``."""
+    if isinstance(cfg, TransformerConfig):
+        vocab = f"vocabulary {cfg.vocab_size:,}"
+        if cfg.padded_vocab != cfg.vocab_size:
+            vocab += f" padded to {cfg.padded_vocab:,}"
+        return (
+            f"TransformerLM: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads "
+            f"x {cfg.head_dim}, d_ff {cfg.d_ff}, {vocab}"
+        )
+    return (
+        f"MLPStack: {cfg.n_layers} blocks, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
+        f"{cfg.n_classes} classes"
+    )
+
+
+def config_dict(cfg: ModelConfig | TransformerConfig) -> dict[str, Any]:
+    """A config as JSON-ready values, with parameter count and compute/param dtypes
+    (and, for the Transformer, the padded vocabulary and the matmul parameters)."""
     out = dataclasses.asdict(cfg)
     out["dtype"] = jnp.dtype(cfg.dtype).name
     out["param_dtype"] = jnp.dtype(cfg.model().param_dtype).name
     out["param_count"] = cfg.param_count()
+    if isinstance(cfg, TransformerConfig):
+        out["padded_vocab"] = cfg.padded_vocab
+        out["matmul_params"] = cfg.matmul_params()
     return out
 
 
-def config_from_dict(d: dict[str, Any]) -> ModelConfig:
-    """The ``ModelConfig`` back from ``config_dict`` (or a result's ``config``)."""
-    names = {f.name for f in dataclasses.fields(ModelConfig)}
+def config_from_dict(d: dict[str, Any], model: str = "mlp") -> ModelConfig | TransformerConfig:
+    """The config back from ``config_dict`` (or a result's ``config``; ``model``: its ``model``)."""
+    if model not in MODEL_PRESETS:
+        raise ValueError(f"config_from_dict: model={model!r} is not one of {list(MODEL_PRESETS)}.")
+    cls = TransformerConfig if model == "transformer" else ModelConfig
+    names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {k: v for k, v in d.items() if k in names}
-    kwargs["dtype"] = jnp.dtype(kwargs.get("dtype", "float32"))
-    return ModelConfig(**kwargs)
+    for key in ("dtype", "param_dtype"):
+        if key in names:
+            kwargs[key] = jnp.dtype(kwargs.get(key, "float32"))
+    return cls(**kwargs)
 
 
 # ---------------------------------------------------------------------------
 # The workload: a model choice, sized for a mesh
 # ---------------------------------------------------------------------------
 
-# MLPStack's logical axis names (helpers.models) and the ModelConfig width each one is.
-_LOGICAL_WIDTHS = {
-    "embed": "d_model",
-    "embed_vec": "d_model",
-    "mlp": "d_ff",
-    "classes": "n_classes",
+# Each model's logical axis names (helpers.models) and the config width each one is. No
+# preset splits the Transformer's "kv" (head_dim) or "layers"; tp_sp splits the
+# activations' "length", which need not divide (XLA pads an uneven activation split).
+_LOGICAL_WIDTHS: dict[str, dict[str, str]] = {
+    "mlp": {"embed": "d_model", "embed_vec": "d_model", "mlp": "d_ff", "classes": "n_classes"},
+    "transformer": {
+        "embed": "d_model",
+        "norm": "d_model",
+        "mlp": "d_ff",
+        "heads": "n_heads",
+        "vocab": "padded_vocab",
+    },
 }
 
 
@@ -207,38 +325,86 @@ def _axis_size(entry: Any, sizes: dict[str, int]) -> int:
     return math.prod(sizes[a] for a in axes)
 
 
+def _ceil_to(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
 def fit_to_mesh(
-    cfg: ModelConfig, strategies: Sequence[str], mesh_shape: tuple[int, int], multiple: int = 1
-) -> tuple[ModelConfig, str]:
+    cfg: ModelConfig | TransformerConfig,
+    strategies: Sequence[str],
+    mesh_shape: tuple[int, int],
+    multiple: int = 1,
+) -> tuple[ModelConfig | TransformerConfig, str]:
     """``cfg`` with every width that a strategy splits rounded up so that its mesh axis divides it.
 
     A width that ``strategies`` split over a mesh axis (``d_model`` over "data" for FSDP,
     ``d_ff`` over "model" for TP) becomes the next multiple of ``lcm(axis size, multiple)``.
     Returns the config and a sentence saying what changed ("" when nothing did), so that
     any device count from 1 to 8 runs: 6 devices do not divide 4096, but they divide 4224.
+
+    A ``TransformerConfig``'s widths are ``d_model`` (logical ``embed`` and ``norm``),
+    ``d_ff`` (``mlp``), ``n_heads`` (``heads``) and the padded vocabulary (``vocab``):
+
+    * a head count is rounded up to a multiple of the axis size alone (not of ``multiple``);
+    * where ``d_model = n_heads x head_dim`` (in every preset), the two move together:
+      ``n_heads`` becomes the fewest heads that its own split and ``d_model``'s allow, and
+      ``d_model`` is ``n_heads x head_dim`` again (``2048 = 16 x 128 -> 2304 = 18 x 128``
+      on 3 devices);
+    * the vocabulary is padded further, as Megatron-LM pads it for tensor parallelism:
+      ``vocab_multiple`` becomes ``lcm(vocab_multiple, axis size, multiple)``.
     """
     sizes = dict(zip(AXES, mesh_shape, strict=True))
+    widths = _LOGICAL_WIDTHS[model_of(cfg)]
     ways: dict[str, int] = {}  # width -> the number of pieces the strategies split it into
     users: dict[str, list[str]] = {}
     for strategy in strategies:
         for logical, entry in logical_rules(strategy):
-            k = _axis_size(entry, sizes) if logical in _LOGICAL_WIDTHS else 1
-            width = _LOGICAL_WIDTHS.get(logical)
+            width = widths.get(logical)
+            k = _axis_size(entry, sizes) if width else 1
             if k > 1 and width:
                 ways[width] = math.lcm(ways.get(width, 1), k)
                 if strategy not in users.setdefault(width, []):
                     users[width].append(strategy)
-    changes, notes = {}, []
-    for width, k in ways.items():
-        value, step = getattr(cfg, width), math.lcm(k, multiple)
-        if value % k:
-            changes[width] = -(-value // step) * step
-            notes.append(
-                f"{width} {value} -> {changes[width]} ({'/'.join(users[width])} split it "
-                f"{k} ways, and {value} % {k} = {value % k})"
-            )
-    if not changes:
+    short = {w: k for w, k in ways.items() if getattr(cfg, w) % k}  # the widths that must grow
+    if not short:
         return cfg, ""
+
+    def why(width: str, it: str = "it") -> str:
+        value, k = getattr(cfg, width), ways[width]
+        return f"{'/'.join(users[width])} split {it} {k} ways, and {value} % {k} = {value % k}"
+
+    changes: dict[str, int] = {}
+    notes: list[str] = []
+    tied = isinstance(cfg, TransformerConfig) and cfg.d_model == cfg.n_heads * cfg.head_dim
+    if tied and short.keys() & {"d_model", "n_heads"}:
+        q, k_embed = cfg.head_dim, ways.get("d_model", 1)
+        step = math.lcm(
+            ways.get("n_heads", 1),
+            k_embed // math.gcd(k_embed, q),
+            multiple // math.gcd(multiple, q),
+        )
+        heads = _ceil_to(cfg.n_heads, step)
+        changes.update(n_heads=heads, d_model=heads * q)
+        reasons = "; ".join(why(w, w) for w in ("d_model", "n_heads") if w in short)
+        notes.append(
+            f"n_heads {cfg.n_heads} -> {heads} and d_model {cfg.d_model} -> {heads * q}, "
+            f"keeping d_model = n_heads x head_dim ({reasons})"
+        )
+    for width, k in short.items():
+        value = getattr(cfg, width)
+        if width in changes:
+            continue
+        if width == "padded_vocab":
+            assert isinstance(cfg, TransformerConfig)
+            m = math.lcm(cfg.vocab_multiple, k, multiple)
+            changes["vocab_multiple"] = m
+            notes.append(
+                f"padded_vocab {value} -> {padded_vocab_size(cfg.vocab_size, m)} ({why(width)}; "
+                f"vocab_multiple {cfg.vocab_multiple} -> {m})"
+            )
+        else:
+            changes[width] = _ceil_to(value, k if width == "n_heads" else math.lcm(k, multiple))
+            notes.append(f"{width} {value} -> {changes[width]} ({why(width)})")
     return dataclasses.replace(cfg, **changes), "; ".join(notes)
 
 
@@ -247,26 +413,37 @@ class Workload:
     """A model choice sized for one mesh: what the profile builds, feeds and counts.
 
     This is the one place that maps a model choice to its module, FLOPs and batch: a new
-    model family adds a preset and the branches here.
+    model family adds a preset and the branches here. ``cfg`` is a ``ModelConfig`` (the
+    MLP stack, fed float vectors by ``synthetic_batch``) or a ``TransformerConfig`` (the
+    language model, fed token ids by ``synthetic_tokens``).
     """
 
     name: str  # preset name, or "custom"
-    cfg: ModelConfig  # batch is GLOBAL: per device x the "data" axis
+    cfg: ModelConfig | TransformerConfig  # batch is GLOBAL: per device x the "data" axis
     batch_per_device: int
     remat: bool = False
     resized: str = ""  # what fit_to_mesh changed, as a sentence
 
+    @property
+    def model_name(self) -> str:
+        """``"mlp"`` or ``"transformer"``: the ``--model`` this workload is."""
+        return model_of(self.cfg)
+
     def model(self) -> nn.Module:
-        """The Flax module; with ``remat``, wrapped in ``nn.remat`` (its backward pass
-        recomputes the forward, collectives included, instead of keeping activations)."""
-        if not self.remat:
-            return self.cfg.model()
+        """The Flax module; with ``remat``, its backward pass recomputes the forward,
+        collectives included, instead of keeping activations: the whole ``MLPStack`` is
+        wrapped in ``nn.remat``; the ``TransformerLM`` wraps each block (``remat=True``)."""
         c = self.cfg
+        if isinstance(c, TransformerConfig):
+            return dataclasses.replace(c, remat=self.remat).model()
+        if not self.remat:
+            return c.model()
         return nn.remat(MLPStack)(c.d_model, c.d_ff, c.n_layers, c.n_classes, dtype=c.dtype)
 
     @property
     def flops_per_step(self) -> float:
-        """Model FLOPs of one step (no remat recompute counted: what MFU divides)."""
+        """Model FLOPs of one step, the model's own ``train_flops_per_step()`` (attention
+        included for the Transformer; no remat recompute counted): what MFU divides."""
         return self.cfg.train_flops_per_step()
 
     @property
@@ -274,40 +451,53 @@ class Workload:
         return self.cfg.batch * self.cfg.seq
 
     def x_init(self, mesh: Any) -> jax.Array:
+        """A dummy input that ``init`` traces the model with (one token, or one vector,
+        per row of the "data" axis)."""
+        if isinstance(self.cfg, TransformerConfig):
+            return jnp.zeros((mesh.shape["data"], 1), jnp.int32)
         return jnp.zeros((mesh.shape["data"], 1, self.cfg.d_model), jnp.float32)
 
     def abstract_batch(self, mesh: Any) -> tuple[jax.ShapeDtypeStruct, jax.ShapeDtypeStruct]:
+        """Shapes, dtypes and shardings of ``batch``'s inputs and labels, for compiling."""
         data, c = NamedSharding(mesh, P("data")), self.cfg
-        return (
-            jax.ShapeDtypeStruct((c.batch, c.seq, c.d_model), jnp.float32, sharding=data),
-            jax.ShapeDtypeStruct((c.batch, c.seq), jnp.int32, sharding=data),
-        )
+        labels = jax.ShapeDtypeStruct((c.batch, c.seq), jnp.int32, sharding=data)
+        if isinstance(c, TransformerConfig):
+            return jax.ShapeDtypeStruct((c.batch, c.seq), jnp.int32, sharding=data), labels
+        return jax.ShapeDtypeStruct((c.batch, c.seq, c.d_model), jnp.float32, sharding=data), labels
 
     def batch(self, key: jax.Array, mesh: Any) -> tuple[jax.Array, jax.Array]:
-        data = NamedSharding(mesh, P("data"))
-        return jax.jit(lambda k: synthetic_batch(k, self.cfg), out_shardings=(data, data))(key)
+        """One generated batch, split over "data": vectors and their classes for the MLP,
+        token ids and the next tokens for the Transformer."""
+        data, c = NamedSharding(mesh, P("data")), self.cfg
+        make = synthetic_tokens if isinstance(c, TransformerConfig) else synthetic_batch
+        return jax.jit(lambda k: make(k, c), out_shardings=(data, data))(key)
 
 
 def workload_for(
-    preset: str | ModelConfig,
+    preset: str | ModelConfig | TransformerConfig,
     strategies: Sequence[str],
     devices: Sequence[Any],
     mesh_shape: tuple[int, int] | None = None,
     batch_per_device: int | None = None,
     remat: bool = False,
+    model: str | None = None,
 ) -> Workload:
     """The model ``compare_strategies`` trains for these arguments (see there).
 
-    A preset is resized with ``fit_to_mesh`` to fit the mesh; a ``ModelConfig`` is used
-    exactly as given.
+    ``model`` is ``"mlp"`` (default) or ``"transformer"``; a config given as ``preset``
+    is its own model. A preset is resized with ``fit_to_mesh`` to fit the mesh; a config
+    is used exactly as given.
     """
-    name, base = resolve_preset(preset, devices)
+    name, base = resolve_preset(preset, devices, model)
     shape = (len(devices), 1) if mesh_shape is None else tuple(mesh_shape)
     per_device = base.batch if batch_per_device is None else batch_per_device
     cfg, resized = base, ""
     if name in PRESET_MULTIPLE:
         cfg, resized = fit_to_mesh(base, strategies, shape, PRESET_MULTIPLE[name])
     cfg = dataclasses.replace(cfg, batch=per_device * shape[0])
+    if isinstance(cfg, TransformerConfig):  # its remat is a field: keep the two in step
+        remat = remat or cfg.remat
+        cfg = dataclasses.replace(cfg, remat=remat)
     return Workload(name, cfg, per_device, remat, resized)
 
 
@@ -397,6 +587,7 @@ class StrategyResult:
     """
 
     strategy: str
+    model: str  # "mlp" or "transformer"
     preset: str
     config: dict[str, Any]
     batch_per_device: int
@@ -507,7 +698,8 @@ def _refuse(
         raise ValueError("compare_strategies: " + " ".join(problems))
     if devices[0].platform == "cpu" and wl.name in GPU_PRESETS and not dry_run and not allow_cpu:
         raise ValueError(
-            f"preset {wl.name!r} is sized for a GPU ({wl.flops_per_step / 1e12:.1f} TFLOP per "
+            f"preset {wl.name!r} of model {wl.model_name!r} is sized for a GPU "
+            f"({wl.flops_per_step / 1e12:.1f} TFLOP per "
             f"step on {len(devices)} devices), but JAX sees only CPU devices here. On a machine with an NVIDIA GPU, "
             "install a CUDA build of jax (README, 'On a GPU') and check that jax.devices() "
             "lists it. To compile without running use --dry-run (dry_run=True); to run on the "
@@ -517,12 +709,13 @@ def _refuse(
 
 def compare_strategies(
     strategies: Sequence[str] = ("dp", "fsdp"),
-    preset: str | ModelConfig = "auto",
+    preset: str | ModelConfig | TransformerConfig = "auto",
     steps: int = 10,
     warmup: int = 3,
     devices: Sequence[Any] | None = None,
     progress: bool | Callable[[str], None] = True,
     *,
+    model: str | None = None,
     batch_per_device: int | None = None,
     mesh_shape: tuple[int, int] | None = None,
     remat: bool = False,
@@ -534,12 +727,16 @@ def compare_strategies(
 
     Args:
       strategies: names from ``LOGICAL_RULES`` (``dp``, ``fsdp``, ``fsdp_all``, ``tp``,
-        ``hybrid``, ``fsdp_tp``).
+        ``hybrid``, ``fsdp_tp``, ``tp_sp``).
       preset: ``"tiny"``, ``"gpu_small"``, ``"gpu"``, ``"auto"`` (by what ``devices`` holds:
-        see ``choose_preset``) or a ``ModelConfig`` whose ``batch`` is per device. A preset's
-        widths are rounded up to fit the mesh (``fit_to_mesh``); a ``ModelConfig`` is not.
+        see ``choose_preset``) or a ``ModelConfig`` / ``TransformerConfig`` whose ``batch``
+        is per device. A preset's widths are rounded up to fit the mesh (``fit_to_mesh``);
+        a config is not.
       steps: timed steps per strategy, after ``warmup`` untimed ones.
       devices: the devices to use (default: all of ``jax.devices()``).
+      model: whose preset: ``"mlp"`` (default; ``PRESETS``) or ``"transformer"``
+        (``TRANSFORMER_PRESETS``: the ``TransformerLM`` of notebook 08, trained on
+        ``synthetic_tokens``). A config given as ``preset`` is its own model.
       progress: print a flushed line per phase (or pass a callable that takes the line).
       batch_per_device: overrides the preset's per-device batch.
       mesh_shape: the ("data", "model") mesh, using every device; default
@@ -550,9 +747,9 @@ def compare_strategies(
       seed: the same key initialises every strategy, so their losses can be compared.
 
     Raises:
-      ValueError: an unknown or repeated strategy, a mesh that does not use every device,
-        a strategy the mesh leaves degenerate (see ``degenerate``), or a GPU preset about
-        to run on CPU devices.
+      ValueError: an unknown or repeated strategy, an unknown model (or one that ``preset``
+        contradicts), a mesh that does not use every device, a strategy the mesh leaves
+        degenerate (see ``degenerate``), or a GPU preset about to run on CPU devices.
 
     On a GPU every step is compiled with ``gpu_compiler_options()``. Every strategy is
     compiled first; they then run in order of the compiled step's memory, smallest first,
@@ -562,7 +759,7 @@ def compare_strategies(
     log = _log_to(progress)
     devices = list(jax.devices() if devices is None else devices)
     shape = (len(devices), 1) if mesh_shape is None else tuple(mesh_shape)
-    wl = workload_for(preset, strategies, devices, shape, batch_per_device, remat)
+    wl = workload_for(preset, strategies, devices, shape, batch_per_device, remat, model)
     _refuse(strategies, wl, devices, shape, steps, warmup, dry_run, allow_cpu)
     kind, platform = devices[0].device_kind, devices[0].platform
     peak = peak_flops(kind)
@@ -570,8 +767,9 @@ def compare_strategies(
     mesh = make_mesh(shape, AXES, devices=devices)
     optimizer = optax.adam(1e-3)
     log(
-        f"preset '{wl.name}': {wl.cfg.param_count() / 1e6:,.1f} M parameters "
-        f"({jnp.dtype(wl.cfg.dtype).name} compute{', remat' if remat else ''}), "
+        f"model '{wl.model_name}', preset '{wl.name}': {describe(wl.cfg)}; "
+        f"{wl.cfg.param_count() / 1e6:,.1f} M parameters "
+        f"({jnp.dtype(wl.cfg.dtype).name} compute{', remat' if wl.remat else ''}), "
         f"{len(devices)} x {kind} ({platform}), mesh {shape} (data, model), "
         f"global batch {wl.cfg.batch} x seq {wl.cfg.seq}"
         + (f"; resized: {wl.resized}" if wl.resized else "")
@@ -583,6 +781,7 @@ def compare_strategies(
         stats = collective_stats(step)
         result = StrategyResult(
             strategy=strategy,
+            model=wl.model_name,
             preset=wl.name,
             config=config_dict(wl.cfg),
             batch_per_device=wl.batch_per_device,
@@ -601,7 +800,7 @@ def compare_strategies(
             program_fingerprint=program_fingerprint(step),
             peak_name=None if peak is None else peak[0],
             peak_flops_per_device=None if peak is None else peak[1],
-            remat=remat,
+            remat=wl.remat,
             resized=wl.resized,
             compiler_options=dict(options),
         )
@@ -712,9 +911,11 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         return "no results"
     r0 = results[0]
     header = (
-        f"preset '{r0.preset}' ({r0.n_params / 1e6:,.1f} M parameters, {r0.config['dtype']} compute, "
+        f"model '{r0.model}', preset '{r0.preset}' ({r0.n_params / 1e6:,.1f} M parameters, "
+        f"{r0.config['dtype']} compute, "
         f"{r0.config['param_dtype']} parameters{', remat' if r0.remat else ''}) on "
         f"{r0.n_devices} x {r0.device_kind} ({r0.platform}), mesh {r0.mesh_shape} (data, model)\n"
+        f"{describe(config_from_dict(r0.config, r0.model))}\n"
         f"global batch {r0.config['batch']} x seq {r0.config['seq']} = {r0.tokens_per_step:,} tokens per step"
         + (
             f"; {r0.steps} timed step(s) after {r0.warmup} warm-up"
@@ -782,10 +983,13 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         )
         lines.append(f"median step time ratios, same run: {ratios}")
     if r0.peak_flops_per_device is None:
-        lines.append(f"MFU: n/a, no bf16 peak is known for '{r0.device_kind}'.")
+        lines.append(
+            f"MFU: n/a, no bf16 peak is known for '{r0.device_kind}'. "
+            f"FLOPs / step (formula): {FLOPS_FORMULA[r0.model]}."
+        )
     else:
         lines.append(
-            f"{MFU_NOTE}; peak {r0.peak_name} = {r0.peak_flops_per_device / 1e12:.0f} TFLOP/s."
+            f"{mfu_note(r0.model)}; peak {r0.peak_name} = {r0.peak_flops_per_device / 1e12:.0f} TFLOP/s."
         )
     lines.append(f"FLOPs / device: {XLA_FLOPS_NOTE}.")
     if r0.device_peak_bytes is not None:
@@ -839,13 +1043,14 @@ def report_dict(
     r0 = results[0]
     return {
         "environment": environment(devices),
+        "model": r0.model,
         "preset": r0.preset,
         "config": r0.config,
         "batch_per_device": r0.batch_per_device,
         "steps": r0.steps,
         "warmup": r0.warmup,
         "notes": {
-            "mfu": MFU_NOTE,
+            "mfu": mfu_note(r0.model),
             "flops_hlo_per_device": XLA_FLOPS_NOTE,
             "bytes": "per device",
             "simulated": r0.platform == "cpu",
@@ -863,7 +1068,7 @@ def report_dict(
 class ProjectionBase:
     """What an N-GPU projection starts from: a model, its one-GPU step compute and FLOP/s."""
 
-    cfg: ModelConfig  # batch is per device
+    cfg: ModelConfig | TransformerConfig  # batch is per device
     compute_s: float
     flops_per_s: float
     source: str
@@ -880,7 +1085,8 @@ def projection_base(
     A measurement counts only when it ran on one accelerator (not CPU): its median step is
     the compute time and its formula FLOPs / median the achieved FLOP/s. Anything else (no
     result, CPU devices, several GPUs whose step includes communication) falls back to the
-    scaling book's assumption: the ``gpu`` preset computing at 100% of the reference peak.
+    scaling book's assumption: the ``gpu`` preset of ``result``'s model (the MLP's without
+    a result) computing at 100% of the reference peak.
     """
     if (
         result is not None
@@ -888,22 +1094,26 @@ def projection_base(
         and result.n_devices == 1
         and result.step_median_s
     ):
-        cfg = dataclasses.replace(config_from_dict(result.config), batch=result.batch_per_device)
+        cfg = dataclasses.replace(
+            config_from_dict(result.config, result.model), batch=result.batch_per_device
+        )
         return ProjectionBase(
             cfg,
             result.step_median_s,
             result.flops_formula / result.step_median_s,
-            f"measured: preset '{result.preset}' on this {result.device_kind}",
+            f"measured: model '{result.model}', preset '{result.preset}' on this "
+            f"{result.device_kind}",
         )
     found = peak_flops(reference)
     if found is None:
         raise ValueError(f"projection_base: no bf16 peak is known for reference={reference!r}.")
-    cfg = PRESETS["gpu"]
+    model = "mlp" if result is None else result.model
+    cfg = MODEL_PRESETS[model]["gpu"]
     return ProjectionBase(
         cfg,
         cfg.train_flops_per_step() / found[1],
         found[1],
-        f"assumed: preset 'gpu' on an {reference} at 100% of its bf16 peak",
+        f"assumed: model '{model}', preset 'gpu' on an {reference} at 100% of its bf16 peak",
     )
 
 
@@ -927,10 +1137,25 @@ def _mesh_shape(text: str) -> tuple[int, int]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m helpers.profile",
-        description="Compare DP and FSDP (or other strategies): step time, memory, collectives, MFU.",
+        description="Compare DP and FSDP (or other strategies) on the MLP stack or a Transformer "
+        "language model: step time, memory, collectives, MFU.",
     )
     p.add_argument("--strategies", nargs="+", default=["dp", "fsdp"], choices=sorted(LOGICAL_RULES))
-    p.add_argument("--preset", default="auto", choices=["auto", *PRESETS])
+    p.add_argument(
+        "--model",
+        default="mlp",
+        choices=list(MODEL_PRESETS),
+        help="mlp: the MLP stack of notebooks 03-06 (default); transformer: notebook 08's "
+        "decoder-only language model on generated tokens, its FLOPs counted with attention "
+        "(PaLM, Appendix B)",
+    )
+    p.add_argument(
+        "--preset",
+        default="auto",
+        choices=["auto", *dict.fromkeys(n for presets in MODEL_PRESETS.values() for n in presets)],
+        help="the model's size: tiny (CPU, f32), gpu_small (a GPU < 40 GB), gpu (H100/H200); "
+        "auto: tiny on CPU devices, else by the GPU's memory",
+    )
     p.add_argument("--steps", type=int, default=10, help="timed steps per strategy (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument(
@@ -949,7 +1174,11 @@ def build_parser() -> argparse.ArgumentParser:
         "A strategy the mesh leaves degenerate (tp on N,1; dp on 4,2) is refused",
     )
     p.add_argument("--batch-per-device", type=int, default=None, help="override the preset's batch")
-    p.add_argument("--remat", action="store_true", help="wrap the model in nn.remat")
+    p.add_argument(
+        "--remat",
+        action="store_true",
+        help="wrap the model in nn.remat (the transformer: each of its blocks)",
+    )
     p.add_argument("--dry-run", action="store_true", help="compile and analyse only; run no step")
     p.add_argument(
         "--allow-cpu",
@@ -977,6 +1206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = compare_strategies(
             args.strategies,
             preset=args.preset,
+            model=args.model,
             steps=args.steps,
             warmup=args.warmup,
             devices=devices,

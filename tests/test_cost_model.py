@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import cost_model as cm
-from helpers.models import ModelConfig
+from helpers.models import ModelConfig, TransformerConfig
 
 GPU = ModelConfig(d_model=4096, d_ff=16384, n_layers=4, n_classes=128, batch=8, seq=2048)
 H100 = 989e12
@@ -52,6 +52,58 @@ def test_flops_per_token_splits_six_into_two_and_four_and_remat_adds_two():
     assert cm.flops_per_token(GPU, remat=True) == (2 * matmul_params, 6 * matmul_params)
     # Per token: the batch does not matter.
     assert cm.flops_per_token(dataclasses.replace(GPU, batch=1)) == cm.flops_per_token(GPU)
+
+
+# The Transformer preset of helpers.profile (gpu), in f32: attention is 6% of its FLOPs.
+LM = TransformerConfig(
+    vocab_size=50257, d_model=2048, n_heads=16, head_dim=128, d_ff=8192, n_layers=8,
+    batch=8, seq=1024, vocab_multiple=128,
+)  # fmt: skip
+
+
+def test_flops_per_token_splits_attention_a_third_forward_like_the_matmuls():
+    """Attention's FLOPs are not 6 x any parameters, but they split 1:2 all the same."""
+    n = LM.matmul_params()
+    attention = 12 * LM.n_layers * LM.n_heads * LM.head_dim * LM.seq  # PaLM, per token
+    forward, backward = cm.flops_per_token(LM)
+    assert forward == pytest.approx(2 * n + attention / 3, rel=1e-12)
+    assert backward == pytest.approx(4 * n + 2 * attention / 3, rel=1e-12)
+    assert (forward + backward) * LM.batch * LM.seq == pytest.approx(LM.train_flops_per_step())
+    assert cm.flops_per_token(LM, remat=True).backward == pytest.approx(6 * n + attention)
+    # Per token, the batch does not matter; the sequence does (attention grows with it).
+    assert cm.flops_per_token(dataclasses.replace(LM, batch=1)) == cm.flops_per_token(LM)
+    longer = cm.flops_per_token(dataclasses.replace(LM, seq=2048)).total
+    assert longer - cm.flops_per_token(LM).total == pytest.approx(attention)
+
+
+def test_the_forward_phase_is_a_third_of_what_xla_counts_for_a_transformer():
+    """XLA's own counts of a small Transformer whose attention is 22% of its FLOPs: the
+    forward pass alone, and the whole gradient, each land just above the phase the cost
+    model gives (elementwise work on top). Counting the forward as 2 x matmul parameters
+    per token would miss a third of attention's FLOPs there: XLA would count 1.34 x it."""
+    import flax.linen as nn
+    import jax
+
+    from helpers import compat
+    from helpers.models import cross_entropy, synthetic_tokens
+
+    cfg = TransformerConfig(
+        vocab_size=256, d_model=64, n_heads=4, head_dim=16, d_ff=256, n_layers=2, batch=2, seq=128
+    )
+    model = cfg.model()
+    x, y = synthetic_tokens(jax.random.key(0), cfg)
+    params = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), x))["params"]
+    forward = compat.cost_flops(
+        jax.jit(lambda p: model.apply({"params": p}, x)).lower(params).compile()
+    )
+    grad = jax.jit(jax.grad(lambda p: cross_entropy(model.apply({"params": p}, x), y)))
+    step = compat.cost_flops(grad.lower(params).compile())
+    if forward is None or step is None:
+        pytest.skip("this backend has no cost analysis")
+    tokens, phases = cfg.batch * cfg.seq, cm.flops_per_token(cfg)
+    assert 1.0 <= forward / (tokens * phases.forward) < 1.1
+    assert 1.0 <= (step - forward) / (tokens * phases.backward) < 1.1
+    assert forward / (tokens * 2 * cfg.matmul_params()) > 1.3  # parameters alone: wrong
 
 
 def test_units_per_strategy_phase_remat_and_backend():

@@ -67,7 +67,8 @@ def test_every_field_is_measured_and_sane(tiny):
     by_name, _, _ = tiny
     cfg = dataclasses.replace(TINY, batch=TINY.batch * 8)
     for r in by_name.values():
-        assert r.preset == "tiny" and r.n_devices == 8 and r.mesh_shape == (8, 1)
+        assert r.model == "mlp" and r.preset == "tiny" and r.n_devices == 8
+        assert r.mesh_shape == (8, 1)
         assert r.platform == "cpu" and r.device_kind == "cpu"
         assert r.batch_per_device == TINY.batch and r.config["batch"] == 8 * TINY.batch
         assert r.tokens_per_step == 8 * TINY.batch * TINY.seq
@@ -126,7 +127,8 @@ def test_the_smaller_step_runs_first_so_the_allocator_peak_means_something(tiny)
 
 def test_progress_has_a_line_per_phase_and_strategy(tiny):
     _, _, lines = tiny
-    assert lines[0].startswith("preset 'tiny'") and "8 x cpu" in lines[0]
+    assert lines[0].startswith("model 'mlp', preset 'tiny': MLPStack: 2 blocks, d_model 128")
+    assert "8 x cpu" in lines[0]
     for s in ("dp", "fsdp"):
         mine = [line for line in lines if line.startswith(f"{s}:")]
         phases = ["compiling", "compiled in", "initialising", "timed steps", "median step"]
@@ -144,11 +146,14 @@ def test_progress_true_prints_flushed_lines(capsys):
 def test_table_states_what_it_measured(tiny):
     _, results, _ = tiny
     table = profile.format_table(results)
-    header = table.splitlines()[3]
+    assert table.startswith("model 'mlp', preset 'tiny' (0.3 M parameters")
+    assert table.splitlines()[1] == "MLPStack: 2 blocks, d_model 128, d_ff 512, 16 classes"
+    header = table.splitlines()[4]
     assert header.split() == ["dp", "fsdp"]
     mfu_row = next(line for line in table.splitlines() if line.startswith("MFU"))
     assert mfu_row.split()[-2:] == ["n/a", "n/a"]
     assert "NOT GPU timings" in table
+    assert "FLOPs / step (formula): 6 x tokens x matmul parameters." in table
     assert "median step time ratios, same run: fsdp/dp = " in table
     ratio = results[1].step_median_s / results[0].step_median_s
     assert f"fsdp/dp = {ratio:.2f}" in table
@@ -177,11 +182,14 @@ def test_report_dict_is_json_with_versions(tiny):
         env["jax"] == jax.__version__ and env["device_count"] == 8 and env["device_kind"] == "cpu"
     )
     assert env["flax"] and env["optax"]
-    assert report["preset"] == "tiny" and report["config"]["d_model"] == TINY.d_model
+    assert report["model"] == "mlp" and report["preset"] == "tiny"
+    assert report["config"]["d_model"] == TINY.d_model
+    assert "6 x tokens x matmul parameters" in report["notes"]["mfu"]
     assert report["notes"]["simulated"] is True and env["xla_flags"] == os.environ.get(
         "XLA_FLAGS", ""
     )
     assert [r["strategy"] for r in report["results"]] == ["dp", "fsdp"]
+    assert {r["model"] for r in report["results"]} == {"mlp"}
     first = report["results"][0]
     assert first["remat"] is False and first["resized"] == "" and first["compiler_options"] == {}
     assert report["results"][1]["collectives"]["all-gather"]["ops"] >= 1
@@ -229,7 +237,7 @@ def test_projection_base_uses_a_one_gpu_measurement(one_device_bf16):
     # On CPU devices there is no GPU measurement: the gpu preset at the H100's peak.
     ref = profile.projection_base(dp)
     gpu = profile.PRESETS["gpu"]
-    assert ref.cfg == gpu and ref.flops_per_s == 989e12 and "assumed" in ref.source
+    assert ref.cfg == gpu and ref.flops_per_s == 989e12 and "assumed: model 'mlp'" in ref.source
     assert ref.compute_s == pytest.approx(gpu.train_flops_per_step() / 989e12)
     assert profile.projection_base(None) == ref
     # The same result, as if measured on one H100: its own step is the compute time.
@@ -466,7 +474,9 @@ def test_compare_strategies_refuses_what_would_measure_nothing():
         profile.compare_strategies(("dp", "tp"), preset="tiny", dry_run=True, progress=False)
     with pytest.raises(ValueError, match="mesh_shape=\\(2, 2\\) holds 4 devices, but 8"):
         profile.compare_strategies(("hybrid",), preset="tiny", mesh_shape=(2, 2), progress=False)
-    with pytest.raises(ValueError, match="sized for a GPU .* TFLOP per step.*--allow-cpu"):
+    with pytest.raises(
+        ValueError, match="of model 'mlp' is sized for a GPU .* TFLOP per step.*--allow-cpu"
+    ):
         profile.compare_strategies(("dp",), preset="gpu", progress=False)
     with pytest.raises(ValueError, match="sized for a GPU"):
         profile.compare_strategies(("dp",), preset="gpu_small", progress=False)
@@ -525,7 +535,11 @@ def test_cli_flags():
         args.strategies == ["dp", "fsdp", "fsdp_all"]
         and args.devices == 4
         and args.preset == "auto"
+        and args.model == "mlp"  # what a learner ran before --model existed
     )
+    assert profile.build_parser().parse_args(["--model", "transformer"]).model == "transformer"
+    with pytest.raises(SystemExit):
+        profile.build_parser().parse_args(["--model", "cnn"])
     with pytest.raises(SystemExit):
         profile.build_parser().parse_args(["--strategies", "pp"])
     assert profile.build_parser().parse_args(["--mesh-shape", "2,4"]).mesh_shape == (2, 4)
@@ -534,15 +548,24 @@ def test_cli_flags():
             profile.build_parser().parse_args(["--mesh-shape", bad])
 
 
-def test_cli_help_shows_the_mesh_option():
+def test_cli_help_shows_the_mesh_and_model_options():
     text = profile.build_parser().format_help()
     assert "--mesh-shape DATA,MODEL" in text and "--allow-cpu" in text and "--remat" in text
+    assert "--model {mlp,transformer}" in text and "--preset {auto,tiny,gpu_small,gpu}" in text
 
 
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (["--preset", "gpu"], "preset 'gpu' is sized for a GPU"),
+        (["--preset", "gpu"], "preset 'gpu' of model 'mlp' is sized for a GPU"),
+        (
+            ["--model", "transformer", "--preset", "gpu"],
+            "preset 'gpu' of model 'transformer' is sized",
+        ),
+        (
+            ["--model", "transformer", "--preset", "tiny", "--strategies", "tp"],
+            "'tp' on mesh (8, 1)",
+        ),
         (["--preset", "tiny", "--strategies", "tp"], "'tp' on mesh (8, 1)"),
         (["--preset", "tiny", "--mesh-shape", "4,2"], "'dp' on mesh (4, 2)"),
     ],
@@ -574,3 +597,245 @@ def test_requirements_gpu_is_the_pins_plus_the_cuda_extra_of_the_same_jax():
     ]
     assert gpu == ["-r requirements.txt", f"jax[cuda12]=={pins['jax']}"]
     assert pins["jaxlib"] == pins["jax"]  # the CUDA plugin is released with both, same version
+
+
+# ---------------------------------------------------------------------------
+# The Transformer as a model choice (--model transformer)
+# ---------------------------------------------------------------------------
+
+LM = profile.TRANSFORMER_PRESETS
+
+
+@pytest.fixture(scope="module")
+def lm_cli(tmp_path_factory):
+    """``python -m helpers.profile --model transformer --preset tiny`` on 5 CPU devices:
+    DP and FSDP, 2 timed steps each, with a JSON report."""
+    out = tmp_path_factory.mktemp("lm") / "lm.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, "-m", "helpers.profile", "--model", "transformer", "--preset", "tiny",
+           "--devices", "5", "--steps", "2", "--warmup", "1", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_cli_trains_the_transformer_on_cpu_and_names_it(lm_cli):
+    stdout, report = lm_cli
+    assert report["model"] == "transformer" and report["preset"] == "tiny"
+    env = report["environment"]
+    assert env["device_count"] == 5 and env["platform"] == "cpu"
+    assert "12 x layers x heads x head_dim x seq" in report["notes"]["mfu"]
+    table = stdout[stdout.index("\nmodel 'transformer', preset 'tiny'") + 1 :]  # after [profile]
+    # 5 devices do not divide d_model 128: the heads grow with it (10 x 16 = 160).
+    assert table.splitlines()[1] == (
+        "TransformerLM: 2 layers, d_model 160, 10 heads x 16, d_ff 512, "
+        "vocabulary 1,003 padded to 1,008"
+    )
+    assert "resized to fit the mesh: n_heads 8 -> 10 and d_model 128 -> 160" in table
+    assert "FLOPs / step (formula): tokens x (6 x matmul parameters + 12 x layers" in table
+    assert "[profile] fsdp: median step" in stdout
+    cfg = dataclasses.replace(LM["tiny"], d_model=160, n_heads=10, batch=5 * LM["tiny"].batch)
+    assert profile.config_from_dict(report["config"], "transformer") == cfg
+    assert report["config"]["padded_vocab"] == 1008
+    assert report["config"]["matmul_params"] == cfg.matmul_params()
+    dp, fsdp = report["results"]
+    for r in (dp, fsdp):
+        assert r["model"] == "transformer" and r["mesh_shape"] == [5, 1]
+        assert r["n_params"] == r["config"]["param_count"] == cfg.param_count()
+        assert r["tokens_per_step"] == 5 * 4 * 32 and len(r["step_times_s"]) == 2
+        assert len(r["losses"]) == 2 and all(math.isfinite(v) for v in r["losses"])
+
+
+def test_the_transformers_flops_are_its_own_formula_attention_included(lm_cli):
+    """MFU's numerator is TransformerConfig.train_flops_per_step() (PaLM's count), which
+    XLA's count of the per-device program matches (5 devices, a little elementwise work)."""
+    _, report = lm_cli
+    cfg = profile.config_from_dict(report["config"], "transformer")
+    tokens = cfg.batch * cfg.seq
+    attention = 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * cfg.seq
+    for r in report["results"]:
+        assert r["flops_formula"] == cfg.train_flops_per_step()
+        assert r["flops_formula"] == tokens * (6 * cfg.matmul_params() + attention)
+        assert 1.0 <= 5 * r["flops_hlo_per_device"] / r["flops_formula"] < 1.1
+
+
+def test_dp_and_fsdp_train_the_same_transformer(lm_cli):
+    _, report = lm_cli
+    dp, fsdp = report["results"]
+    np.testing.assert_allclose(dp["losses"], fsdp["losses"], rtol=1e-5)
+    assert "all-gather" in fsdp["collectives"] and "all-gather" not in dp["collectives"]
+    assert fsdp["step_memory"]["argument"] < dp["step_memory"]["argument"]
+    # DP: every device holds params + Adam mu + nu in f32, and Adam's int32 step count.
+    assert dp["state_bytes_per_device"] == 3 * 4 * dp["n_params"] + 4
+
+
+def test_a_transformer_result_round_trips_and_projects(lm_cli):
+    _, report = lm_cli
+    res = profile.StrategyResult(**report["results"][0])
+    cfg = profile.config_from_dict(res.config, "transformer")
+    assert profile.config_dict(cfg) == res.config
+    # A CPU result projects from the Transformer's own gpu preset, at the H100's peak.
+    ref = profile.projection_base(res)
+    assert ref.cfg == LM["gpu"] and "assumed: model 'transformer', preset 'gpu'" in ref.source
+    on_gpu = dataclasses.replace(
+        res, platform="gpu", device_kind="NVIDIA H100 80GB HBM3", n_devices=1
+    )
+    base = profile.projection_base(on_gpu)
+    assert base.cfg == dataclasses.replace(cfg, batch=res.batch_per_device)
+    assert base.flops_per_s == pytest.approx(res.flops_formula / res.step_median_s)
+    step = cm.step_cost(base.cfg, "fsdp", 8, base.flops_per_s, cm.NVLINK4, 2)
+    assert step.compute.total == pytest.approx(base.cfg.train_flops_per_step() / base.flops_per_s)
+    with pytest.raises(ValueError, match="model='cnn' is not one of"):
+        profile.config_from_dict(res.config, "cnn")
+
+
+def test_transformer_remat_recomputes_each_block(lm_cli):
+    _, report = lm_cli
+    plain = report["results"][1]
+    (r,) = profile.compare_strategies(
+        ("fsdp",), preset="tiny", model="transformer", remat=True, dry_run=True,
+        devices=jax.devices()[:5], progress=False,
+    )  # fmt: skip
+    assert r.remat and r.config["remat"] and r.n_params == plain["n_params"]
+    assert r.flops_formula == plain["flops_formula"]  # model FLOPs: no recompute counted
+    # Each block's forward runs again (its weights gathered again); the embedding and the
+    # logits, outside the blocks, do not: less than the whole model's 8/6.
+    ratio = r.flops_hlo_per_device / plain["flops_hlo_per_device"]
+    assert 1.1 < ratio < 8 / 6
+    assert r.collectives["all-gather"]["bytes"] > plain["collectives"]["all-gather"]["bytes"]
+
+
+def test_gpu_transformer_dry_run_compiles_and_reports_parameters_and_flops(tmp_path, capsys):
+    """The gpu preset compiled (never run) on 8 simulated devices, through the CLI."""
+    out = tmp_path / "gpu.json"
+    argv = ["--model", "transformer", "--preset", "gpu", "--devices", "8", "--strategies", "fsdp",
+            "--dry-run", "--quiet", "--json", str(out)]  # fmt: skip
+    assert profile.main(argv) == 0
+    text = capsys.readouterr().out
+    cfg = dataclasses.replace(LM["gpu"], batch=8 * LM["gpu"].batch)
+    report = json.loads(out.read_text())
+    (r,) = report["results"]
+    assert report["model"] == "transformer" and r["step_times_s"] == [] and r["mfu"] is None
+    assert r["n_params"] == report["config"]["param_count"] == cfg.param_count()
+    assert r["flops_formula"] == cfg.train_flops_per_step()
+    assert r["flops_hlo_per_device"] == pytest.approx(r["flops_formula"] / 8, rel=0.05)
+    assert r["config"]["dtype"] == "bfloat16" and r["config"]["param_dtype"] == "float32"
+    assert "all-gather" in r["collectives"] and "dry run: compiled only" in text
+    assert f"({cfg.param_count() / 1e6:,.1f} M parameters, bfloat16 compute" in text
+    assert "TransformerLM: 8 layers, d_model 2048, 16 heads x 128, d_ff 8192" in text
+    # FSDP's arguments: about 1/8 of the f32 params + Adam mu, nu (12 bytes per parameter).
+    assert r["step_memory"]["argument"] == pytest.approx(12 * cfg.param_count() / 8, rel=0.02)
+
+
+@pytest.mark.parametrize("name", ["gpu_small", "gpu"])
+def test_gpu_transformer_presets_are_standard_bf16_shapes(name):
+    cfg = LM[name]
+    tokens = jax.ShapeDtypeStruct((cfg.batch, cfg.seq), jnp.int32)
+    leaves = jax.tree.leaves(jax.eval_shape(cfg.model().init, jax.random.key(0), tokens))
+    assert sum(math.prod(p.shape) for p in leaves) == cfg.param_count()
+    assert {p.dtype for p in leaves} == {jnp.dtype(jnp.float32)}  # f32 master weights
+    assert cfg.dtype == jnp.bfloat16  # bf16 compute
+    assert cfg.n_heads * cfg.head_dim == cfg.d_model
+    assert all(d % 128 == 0 for d in (cfg.d_model, cfg.d_ff, cfg.head_dim, cfg.seq))
+    # GPT-2's vocabulary, padded the way TransformerConfig pads it: 50,257 -> 50,304.
+    assert cfg.vocab_size == 50257 and cfg.padded_vocab == 50304 and cfg.padded_vocab % 128 == 0
+    # Attention is a real part of the FLOPs that MFU counts, not a rounding error.
+    attention = 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * cfg.seq * cfg.batch * cfg.seq
+    assert attention / cfg.train_flops_per_step() > 0.05
+    assert 1e8 <= cfg.param_count() < 1e9
+    assert LM["gpu_small"].param_count() < LM["gpu"].param_count()
+    assert LM["gpu"].batch * LM["gpu"].seq >= 8192  # tokens per device: large matmuls
+
+
+def test_the_model_choice_and_a_config_must_agree():
+    devs, own = jax.devices(), LM["tiny"]
+    assert profile.resolve_preset("tiny", devs, "transformer") == ("tiny", own)
+    assert profile.resolve_preset("auto", devs, "transformer") == ("tiny", own)  # CPU devices
+    assert profile.resolve_preset("tiny", devs) == ("tiny", TINY)  # the MLP by default
+    assert profile.resolve_preset(own, devs) == profile.resolve_preset(own, devs, "transformer")
+    with pytest.raises(ValueError, match="model='mlp', but preset is a TransformerConfig"):
+        profile.resolve_preset(own, devs, "mlp")
+    with pytest.raises(ValueError, match="model='cnn' is not one of"):
+        profile.compare_strategies(("dp",), preset="tiny", model="cnn", progress=False)
+    with pytest.raises(ValueError, match="preset='huge' is not one of"):
+        profile.resolve_preset("huge", devs, "transformer")
+    wl = profile.workload_for(own, ("dp",), devs[:3], batch_per_device=2, remat=True)
+    assert (wl.model_name, wl.name, wl.resized, wl.batch_per_device) == (
+        "transformer",
+        "custom",
+        "",
+        2,
+    )
+    assert wl.cfg == dataclasses.replace(own, batch=6, remat=True) and wl.model().remat
+    assert wl.x_init(profile.make_mesh((3, 1), profile.AXES, devices=devs[:3])).dtype == jnp.int32
+
+
+@pytest.mark.parametrize(
+    ("preset", "strategies", "shape", "changed"),
+    [
+        ("tiny", ("dp", "fsdp"), (8, 1), {}),
+        ("tiny", ("tp",), (1, 8), {}),  # 8 heads, d_ff 512 and 1008 tokens: all split 8 ways
+        ("tiny", ("dp", "fsdp"), (3, 1), {"n_heads": 9, "d_model": 144}),
+        ("tiny", ("dp", "fsdp"), (5, 1), {"n_heads": 10, "d_model": 160}),
+        ("tiny", ("fsdp_all",), (6, 1), {"n_heads": 9, "d_model": 144}),  # 144 = 6 x 24
+        ("tiny", ("dp", "fsdp"), (7, 1), {"n_heads": 14, "d_model": 224}),
+        ("tiny", ("fsdp_tp",), (3, 2), {"n_heads": 12, "d_model": 192}),  # heads / 2, d_model / 3
+        ("tiny", ("tp",), (1, 5), {"n_heads": 10, "d_model": 160, "d_ff": 520, "vocab_multiple": 40}),
+        ("tiny", ("tp",), (1, 7), {"n_heads": 14, "d_model": 224, "d_ff": 560}),  # 1008 = 7 x 144
+        ("gpu", ("dp", "fsdp"), (6, 1), {"n_heads": 18, "d_model": 2304}),
+        ("gpu", ("tp",), (1, 3), {"n_heads": 18, "d_model": 2304, "d_ff": 8448}),  # 50304 = 3 x 16768
+        ("gpu", ("tp",), (1, 5), {"n_heads": 20, "d_model": 2560, "d_ff": 8320, "vocab_multiple": 640}),
+    ],
+)  # fmt: skip
+def test_fit_to_mesh_resizes_the_transformers_widths(preset, strategies, shape, changed):
+    base = LM[preset]
+    cfg, note = profile.fit_to_mesh(base, strategies, shape, profile.PRESET_MULTIPLE[preset])
+    assert cfg == dataclasses.replace(base, **changed)
+    assert bool(note) == bool(changed)
+    assert cfg.n_heads * cfg.head_dim == cfg.d_model  # still a standard Transformer shape
+    if "d_model" in changed:
+        assert f"n_heads {base.n_heads} -> {cfg.n_heads} and d_model {base.d_model} -> " in note
+    if "vocab_multiple" in changed:
+        assert f"padded_vocab {base.padded_vocab} -> {cfg.padded_vocab}" in note
+
+
+@pytest.mark.parametrize(
+    ("shape", "strategy"),
+    [((3, 1), "fsdp"), ((1, 5), "tp"), ((3, 2), "fsdp_tp"), ((7, 1), "fsdp_all")],
+)
+def test_the_tiny_transformer_compiles_at_3_5_6_and_7_devices(shape, strategy):
+    n = math.prod(shape)
+    (r,) = profile.compare_strategies(
+        (strategy,), preset="tiny", model="transformer", devices=jax.devices()[:n],
+        mesh_shape=shape, dry_run=True, progress=False,
+    )  # fmt: skip
+    cfg = profile.config_from_dict(r.config, "transformer")
+    assert r.resized and r.mesh_shape == shape and r.n_params == cfg.param_count()
+    assert r.flops_formula == cfg.train_flops_per_step()
+    # Each device computes its own share: nothing is repeated.
+    assert n * r.flops_hlo_per_device == pytest.approx(r.flops_formula, rel=0.15)
+    assert r.collectives  # the mesh is used
+
+
+def test_the_transformer_is_refused_degenerate_strategies_with_the_series_sentence():
+    with pytest.raises(ValueError) as err:
+        profile.compare_strategies(
+            ("hybrid",),
+            preset="tiny",
+            model="transformer",
+            devices=jax.devices()[:5],
+            progress=False,
+        )
+    assert str(err.value).endswith(
+        "strategy 'hybrid' on mesh (5, 1) (data, model): it splits over 'data' and 'model', and "
+        "'model' has size 1; 5 devices (a prime count) make no mesh with both axes > 1."
+    )
+    with pytest.raises(ValueError) as err:
+        profile.compare_strategies(
+            ("fsdp_tp", "tp"), preset="tiny", model="transformer", devices=jax.devices()[:6],
+            mesh_shape=(3, 2), progress=False,
+        )  # fmt: skip
+    assert str(err.value).endswith(
+        "strategy 'tp' on mesh (3, 2) (data, model): the 3 devices along 'data' would repeat "
+        "each other's work; use mesh (1, 6)."
+    )
