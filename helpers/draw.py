@@ -897,7 +897,9 @@ def draw_param_shardings(
         array in its own panel.
 
     Panels are grouped by layer (the first path component after the prefix that every
-    path shares, such as ``params/``), each group under a bold header; a panel is titled
+    path shares, such as ``params/``), each group under a bold header. Groups share a row
+    when they fit in it, except that a group that fills more than one row ends its last
+    one: the next group's header never stands beside its panels. A panel is titled
     with the parameter's path (in a fold, the fold's label stands for the layer:
     ``block_0..3/mlp/up/kernel``). Each block is coloured by its device (``device_color``).
     The bar chart on the right sums every array of ``tree``, folded ones included, from
@@ -926,15 +928,20 @@ def draw_param_shardings(
 
     n_panels = sum(len(g.panels) for g in groups)
     ncols = 1 if n_panels == 1 else 2 if n_panels <= 4 else 3 if n_panels <= 9 else 4
-    # Flow the groups into rows: a group starts a new row unless it fits in what is left.
+    # Flow the groups into rows: a group starts a new row unless it fits in what is left
+    # of the row, and the group after one that spilled onto a second row starts a new row
+    # too, so that no header stands beside another layer's headerless panels.
     rows: list[list[tuple[_Group, _Panel, bool]]] = [[]]
+    spilled = False
     for g in groups:
-        if rows[-1] and len(rows[-1]) + len(g.panels) > ncols:
+        if rows[-1] and (spilled or len(rows[-1]) + len(g.panels) > ncols):
             rows.append([])
+        first_row = len(rows)
         for k, panel in enumerate(g.panels):
             if len(rows[-1]) == ncols:
                 rows.append([])
             rows[-1].append((g, panel, k == 0))
+        spilled = len(rows) > first_row
 
     # Fixed geometry in inches (no layout engine), so each panel knows its size while
     # it is drawn and can size its labels to fit. A row of strips needs less height.

@@ -603,3 +603,26 @@ def test_strategy_guide_names_every_strategy_and_question():
         assert needle in texts
     assert len(ax.texts) >= 6 + 6  # six boxes, six labelled arrows at least
     plt.close(ax.figure)
+
+
+def test_the_layer_after_one_that_spills_onto_a_second_row_starts_a_new_row(transformer):
+    cfg, model, x, order = transformer
+    abstract = _abstract(model, x, make_mesh((4, 2), ("data", "model")), "fsdp_tp")
+    fig = draw_param_shardings(abstract, order=order)  # 10 panels in 4 columns
+    block = [
+        ax
+        for ax in fig.axes
+        if (ax.get_gid() or "").startswith(("param:block_0/", "vectors:block_0/"))
+    ]
+    assert len(block) == 7  # the folded block fills one row and spills onto the next
+    final = panel(fig, "vectors:final_norm/scale,final_norm/bias")
+    head = panel(fig, "param:lm_head/kernel")
+    lowest = min(ax.get_position().y0 for ax in block)
+    # final_norm (and its header) sit below every block panel, not beside the last three;
+    assert final.get_position().y1 < lowest
+    header = next(t for t in fig.texts if t.get_gid() == "group:final_norm")
+    assert header.get_position()[1] < lowest
+    # and final_norm and lm_head, which fit in one row, share it.
+    assert head.get_position().y0 < final.get_position().y1
+    assert head.get_position().y1 > final.get_position().y0
+    plt.close(fig)
