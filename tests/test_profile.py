@@ -839,3 +839,23 @@ def test_the_transformer_is_refused_degenerate_strategies_with_the_series_senten
         "strategy 'tp' on mesh (3, 2) (data, model): the 3 devices along 'data' would repeat "
         "each other's work; use mesh (1, 6)."
     )
+
+
+def test_the_workload_names_are_the_same_objects_from_helpers_profile():
+    import ast
+    import inspect
+
+    from helpers import workload
+
+    tree = ast.parse(inspect.getsource(workload))
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {t.id for t in targets if isinstance(t, ast.Name)}
+    public = {n for n in defined if not n.startswith("_") and n != "P"}
+    assert {"PRESETS", "workload_for", "fit_to_mesh", "degenerate", "Workload"} <= public
+    for name in public:
+        assert name in profile.__all__ and getattr(profile, name) is getattr(workload, name)

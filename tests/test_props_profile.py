@@ -1,4 +1,5 @@
-"""Property-based tests of helpers.profile: resizing to a mesh, degenerate strategies, workloads."""
+"""Property-based tests of helpers.workload (what helpers.profile trains): resizing to a mesh,
+degenerate strategies, workloads."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from helpers import LOGICAL_RULES, STRATEGY_AXES
 from helpers.models import ModelConfig, TransformerConfig
-from helpers.profile import (
+from helpers.workload import (
     config_dict,
     config_from_dict,
     degenerate,
