@@ -1,137 +1,96 @@
-"""Property-based tests of helpers.workload (what helpers.profile trains): resizing to a mesh,
-degenerate strategies, workloads."""
+"""Property-based tests of helpers.profile's own arithmetic and command line (what it trains,
+helpers.workload, is tested in test_props_workload.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
-import math
+import io
 
-import jax
-import jax.numpy as jnp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import LOGICAL_RULES, STRATEGY_AXES
-from helpers.models import ModelConfig, TransformerConfig
-from helpers.workload import (
-    config_dict,
-    config_from_dict,
-    degenerate,
-    describe,
-    fit_to_mesh,
-    model_of,
-    resolve_preset,
-    workload_for,
-)
+from helpers import profile
 
-WIDTHS = {"embed": "d_model", "embed_vec": "d_model", "mlp": "d_ff", "classes": "n_classes"}
-configs = st.builds(
-    ModelConfig,
-    d_model=st.integers(1, 300),
-    d_ff=st.integers(1, 900),
-    n_layers=st.integers(1, 3),
-    n_classes=st.integers(1, 40),
-)
-strategies = st.lists(st.sampled_from(sorted(LOGICAL_RULES)), min_size=1, max_size=3, unique=True)
-mesh_shapes = st.tuples(st.integers(1, 8), st.integers(1, 8))
+times = st.lists(st.floats(1e-4, 10.0, allow_nan=False), min_size=1, max_size=12)
 
 
-def assert_split_widths_divide(fitted, names, shape, widths) -> None:
-    """Every width that a strategy of ``names`` splits over the mesh ``shape`` divides evenly."""
-    sizes = dict(zip(("data", "model"), shape, strict=True))
-    for s in names:
-        for logical, entry in LOGICAL_RULES[s]:
-            if logical in widths and entry is not None:
-                axes = (entry,) if isinstance(entry, str) else entry
-                assert getattr(fitted, widths[logical]) % math.prod(sizes[a] for a in axes) == 0
-
-
-@given(configs, strategies, mesh_shapes, st.sampled_from([1, 8, 128]))
-def test_fit_to_mesh_makes_every_split_width_divide_and_changes_nothing_else(
-    cfg, names, shape, multiple
-):
-    fitted, note = fit_to_mesh(cfg, names, shape, multiple)
-    assert_split_widths_divide(fitted, names, shape, WIDTHS)
-    for field in ("d_model", "d_ff", "n_classes"):
-        before, after = getattr(cfg, field), getattr(fitted, field)
-        assert after >= before
-        assert (after != before) == (field in note)
-    assert (fitted.n_layers, fitted.batch, fitted.seq) == (cfg.n_layers, cfg.batch, cfg.seq)
-    assert (note == "") == (fitted == cfg)
-
-
-@given(st.sampled_from(sorted(LOGICAL_RULES)), mesh_shapes)
-def test_a_strategy_is_degenerate_exactly_when_its_axes_and_the_mesh_disagree(strategy, shape):
-    why = degenerate(strategy, shape)
-    sizes = dict(zip(("data", "model"), shape, strict=True))
-    used = STRATEGY_AXES[strategy]
-    ok = math.prod(shape) == 1 or (
-        all(sizes[a] > 1 for a in used) and all(sizes[a] == 1 for a in sizes if a not in used)
+def timed(steps: list[float]) -> profile.StrategyResult:
+    """A StrategyResult with only its timing fields filled, as _run fills them."""
+    fields = {f.name: None for f in dataclasses.fields(profile.StrategyResult)}
+    fields.update(
+        {
+            f.name: f.default
+            for f in dataclasses.fields(profile.StrategyResult)
+            if f.default is not dataclasses.MISSING
+        }  # fmt: skip
     )
-    assert (why is None) == ok
-    if why is not None:
-        assert isinstance(why, str) and why
-
-
-@given(st.integers(1, 8), st.integers(1, 16), st.sampled_from(["dp", "fsdp"]))
-def test_a_workload_has_its_batch_per_device_times_the_data_axis(n, per_device, strategy):
-    devices = jax.devices()[:n]
-    w = workload_for("tiny", [strategy], devices, (n, 1), batch_per_device=per_device)
-    assert w.batch_per_device == per_device and w.cfg.batch == per_device * n
-    assert w.tokens_per_step == w.cfg.batch * w.cfg.seq
-    if strategy == "fsdp":
-        assert w.cfg.d_model % n == 0
-
-
-LM_WIDTHS = {"embed": "d_model", "norm": "d_model", "mlp": "d_ff", "heads": "n_heads",
-             "vocab": "padded_vocab"}  # fmt: skip
-
-
-@st.composite
-def transformer_configs(draw):
-    heads, head_dim = draw(st.integers(1, 20)), draw(st.sampled_from([8, 16, 64, 128]))
-    tied = draw(st.booleans())  # d_model = heads x head_dim, as in every preset
-    return TransformerConfig(
-        vocab_size=draw(st.integers(1, 3000)),
-        d_model=heads * head_dim if tied else draw(st.integers(1, 300)),
-        n_heads=heads,
-        head_dim=head_dim,
-        d_ff=draw(st.integers(1, 900)),
-        vocab_multiple=draw(st.sampled_from([1, 8, 128])),
+    fields.update(
+        step_times_s=steps,
+        step_median_s=sorted(steps)[len(steps) // 2],
+        step_min_s=min(steps),
+        step_max_s=max(steps),
     )
+    return profile.StrategyResult(**fields)
 
 
-@given(transformer_configs(), strategies, mesh_shapes, st.sampled_from([1, 8, 128]))
-def test_fit_to_mesh_makes_every_transformer_split_divide_and_keeps_heads_x_head_dim(
-    cfg, names, shape, multiple
-):
-    fitted, note = fit_to_mesh(cfg, names, shape, multiple)
-    assert_split_widths_divide(fitted, names, shape, LM_WIDTHS)
-    if cfg.d_model == cfg.n_heads * cfg.head_dim:
-        assert fitted.d_model == fitted.n_heads * fitted.head_dim
-    for field in ("d_model", "d_ff", "n_heads", "padded_vocab"):
-        before, after = getattr(cfg, field), getattr(fitted, field)
-        assert after >= before
-        assert (after != before) == (f"{field} {before} -> {after}" in note)
-    same = ("vocab_size", "head_dim", "n_layers", "batch", "seq", "dtype", "param_dtype")
-    assert all(getattr(fitted, f) == getattr(cfg, f) for f in same)
-    assert (note == "") == (fitted == cfg)
+@given(
+    st.floats(1.0, 1e18),
+    st.floats(1e-6, 1e3),
+    st.integers(1, 4096),
+    st.one_of(st.none(), st.floats(1e9, 1e16)),
+)
+def test_mfu_divides_the_model_flops_by_time_devices_and_peak(flops, step_s, n, peak):
+    got = profile.mfu(flops, step_s, n, peak)
+    if peak is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(flops / (step_s * n * peak))
+    assert profile.mfu(flops, 0.0, n, 1e15) is None  # no time, no rate
 
 
-@given(st.one_of(configs, transformer_configs()), st.sampled_from(["float32", "bfloat16"]))
-def test_a_config_survives_json_and_is_described_by_its_model(cfg, dtype):
-    cfg = dataclasses.replace(cfg, dtype=jnp.dtype(dtype))
-    model = model_of(cfg)
-    d = json.loads(json.dumps(config_dict(cfg)))
-    assert config_from_dict(d, model) == cfg
-    assert d["param_count"] == cfg.param_count() and d["dtype"] == dtype
-    text = describe(cfg)
-    assert text.startswith({"mlp": "MLPStack: ", "transformer": "TransformerLM: "}[model])
-    assert f"d_model {cfg.d_model}," in text and f"d_ff {cfg.d_ff}" in text
-    if model == "transformer":
-        assert d["padded_vocab"] == cfg.padded_vocab and f"{cfg.n_heads} heads x" in text
-        assert ("padded to" in text) == (cfg.padded_vocab != cfg.vocab_size)
-    with pytest.raises(ValueError, match="but preset is a"):
-        resolve_preset(cfg, jax.devices(), {"mlp": "transformer", "transformer": "mlp"}[model])
+@given(times, times)
+def test_the_ratio_range_holds_the_median_ratio_and_every_pair_of_steps(a, b):
+    r, base = timed(a), timed(b)
+    median, low, high = profile.ratio_range(r, base)
+    assert low <= median * (1 + 1e-12) and median <= high * (1 + 1e-12)
+    pairs = [x / y for x in a for y in b]
+    assert low == pytest.approx(min(pairs)) and high == pytest.approx(max(pairs))
+    s = profile.spread(r)
+    assert s is not None and s == pytest.approx((max(a) - min(a)) / r.step_median_s)
+    assert s >= 0
+
+
+@given(st.integers(1, 64), st.integers(1, 64))
+def test_the_cli_reads_a_mesh_shape_of_two_positive_sizes(data, model):
+    args = profile.build_parser().parse_args(["--mesh-shape", f"{data},{model}"])
+    assert args.mesh_shape == (data, model)
+
+
+@given(
+    st.one_of(
+        st.integers(-8, 0).map(lambda k: f"{k},2"),
+        st.integers(1, 8).map(str),
+        st.tuples(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8)).map(
+            lambda t: ",".join(map(str, t))
+        ),
+        st.text(alphabet="abx ;.", min_size=1, max_size=5),
+    )
+)
+def test_the_cli_refuses_any_other_mesh_shape_with_a_sentence(text):
+    stderr = io.StringIO()
+    with pytest.raises(SystemExit) as exc, contextlib.redirect_stderr(stderr):
+        profile.build_parser().parse_args([f"--mesh-shape={text}"])
+    assert exc.value.code == 2
+    err = stderr.getvalue()
+    assert "two positive sizes" in err and "--mesh-shape" in err
+
+
+@given(st.sampled_from(sorted(profile.GPU_COMPILER_OPTIONS)), st.booleans())
+def test_a_flag_set_in_xla_flags_wins_over_the_profiles_option(flag, set_it):
+    env = f"--{flag}=false" if set_it else ""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XLA_FLAGS", env)
+        got = profile.gpu_compiler_options()
+    assert (flag in got) == (not set_it)
