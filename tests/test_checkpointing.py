@@ -229,6 +229,13 @@ def test_paused_writes_holds_the_commit_until_the_block_ends(tmp_path, mesh8):
         with paused_writes():
             mngr.save(1, args=ocp.args.StandardSave(_small_state(mesh8, 1.0)))
             time.sleep(0.2)  # time enough for an unpaused save of these few KiB to commit
+            # orbax may create the temporary directory in its background thread; give a
+            # loaded machine time to get there (the commit stays held meanwhile).
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not any(
+                name.startswith("1" + TMP_SUFFIX) for name in _names(tmp_path)
+            ):
+                time.sleep(0.01)
             assert mngr.is_saving_in_progress()
             assert not (tmp_path / "1").exists()
             assert any(name.startswith("1" + TMP_SUFFIX) for name in _names(tmp_path))
@@ -301,6 +308,7 @@ def test_keep_last_n_deletes_older_checkpoints(tmp_path, mesh8):
 # Child processes: the same script, ended three ways. It runs on 2 simulated devices.
 _CHILD = textwrap.dedent("""
     import sys, time
+    from pathlib import Path
     from helpers import use_simulated_devices
     use_simulated_devices(2, quiet=True)
     import jax.numpy as jnp
@@ -315,6 +323,10 @@ _CHILD = textwrap.dedent("""
         mngr.wait_until_finished()
         with paused_writes():
             mngr.save(2, args=ocp.args.StandardSave({"w": w + 1}))
+            # orbax may create the temporary directory in its background thread: wait for
+            # it, so that the kill lands mid-save even on a loaded machine.
+            while not list(Path(directory).glob("2.orbax-checkpoint-tmp*")):
+                time.sleep(0.01)
             print("SAVING 2", flush=True)
             time.sleep(600)  # killed here, mid-save
     mngr.save(1, args=ocp.args.StandardSave({"w": w}))
