@@ -105,11 +105,14 @@ def _axes_size_pt(ax: Axes) -> tuple[float, float]:
     return pos.width * fw * 72.0, pos.height * fh * 72.0
 
 
-def _fit_fontsize(text: str, w_pt: float, h_pt: float, lo: float = 5.0, hi: float = 12.0) -> float:
-    """The largest font size (clamped to ``[lo, hi]``) at which ``text`` fits a w x h box."""
+def _fit_fontsize(
+    text: str, w_pt: float, h_pt: float, lo: float = 5.0, hi: float = 12.0, fill: float = 0.85
+) -> float:
+    """The largest font size (clamped to ``[lo, hi]``) at which ``text`` fits a w x h box,
+    taking at most ``fill`` of its width."""
     lines = text.split("\n")
     chars = max(len(line) for line in lines) or 1
-    by_width = 0.85 * w_pt / (0.7 * chars)  # bold DejaVu Sans digits are ~0.7 em wide
+    by_width = fill * w_pt / (0.7 * chars)  # bold DejaVu Sans digits are ~0.7 em wide
     by_height = 0.95 * h_pt / (1.2 * len(lines))
     return float(min(hi, max(lo, min(by_width, by_height))))
 
@@ -570,8 +573,9 @@ def _draw_sharding(x: Any, ax: Axes | None, title: str | None, compact: bool, wh
             }
         label = _device_text(devs, n_all)
         hi = 10.0 if compact else 13.0
-        flat = _fit_fontsize(label, w * sx, h * sy, lo=0.0, hi=hi)
-        upright = _fit_fontsize(label, h * sy, w * sx, lo=0.0, hi=hi)
+        # A device id keeps a margin inside its block, so that neighbours' digits never touch.
+        flat = _fit_fontsize(label, w * sx, h * sy, lo=0.0, hi=hi, fill=0.72)
+        upright = _fit_fontsize(label, h * sy, w * sx, lo=0.0, hi=hi, fill=0.72)
         tall = h * sy > w * sx
         rotation = 90 if tall and upright > flat * 1.25 and "\n" not in label else 0
         size = max(4.5, upright if rotation else flat)

@@ -626,3 +626,27 @@ def test_the_layer_after_one_that_spills_onto_a_second_row_starts_a_new_row(tran
     assert head.get_position().y0 < final.get_position().y1
     assert head.get_position().y1 > final.get_position().y0
     plt.close(fig)
+
+
+@pytest.mark.parametrize("shape", [(512, 128), (1024, 64)])
+def test_device_ids_keep_a_margin_inside_narrow_blocks(mesh8, shape):
+    """In strips one eighth of a panel wide, each id stays inside its own block with room to
+    spare, so that neighbouring digits never touch (they did at 85% of the width)."""
+    arr = jax.device_put(jnp.zeros(shape), NamedSharding(mesh8, P(None, "data")))
+    fig = draw_param_shardings({"layer": {"kernel": arr}})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    blocks = {
+        p.get_gid().rsplit("devices=", 1)[1]: p.get_window_extent(renderer)
+        for ax in fig.axes
+        for p in ax.patches
+        if (p.get_gid() or "").startswith("block:")
+    }
+    labels = [
+        t for ax in fig.axes for t in ax.texts if (t.get_gid() or "").startswith("block-label:")
+    ]
+    assert len(blocks) == len(labels) == 8
+    for t in labels:
+        text, block = t.get_window_extent(renderer), blocks[t.get_gid().split(":", 1)[1]]
+        assert block.x0 < text.x0 and text.x1 < block.x1
+        assert text.width <= 0.8 * block.width
