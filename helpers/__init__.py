@@ -11,6 +11,7 @@ from helpers.checkpoint import (
     format_saved_layout,
     paused_writes,
     saved_layout,
+    wait_for_uncommitted,
 )
 from helpers.collectives import (
     HLO_NAME,
@@ -74,6 +75,7 @@ __all__ = [
     "format_saved_layout",
     "paused_writes",
     "saved_layout",
+    "wait_for_uncommitted",
     "HLO_NAME",
     "Block",
     "blocks_by_device",

@@ -11,7 +11,8 @@ notebook and the tests need around those calls:
   ``PartitionSpec`` and mesh it was saved from, and the chunk shape orbax wrote.
 - ``paused_writes`` / ``failing_writes``: hold back, or break, the background commit of
   every save started inside a ``with`` block, so that a checkpoint caught half-way can be
-  looked at and tested deterministically.
+  looked at and tested deterministically; ``wait_for_uncommitted`` waits until such a
+  save's temporary directory is on disk.
 
 orbax-checkpoint is the optional ``checkpoint`` extra of this package, so it is imported
 only inside the functions that need it: ``import helpers`` works without it.
@@ -26,6 +27,7 @@ import math
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -45,7 +47,11 @@ __all__ = [
     "format_saved_layout",
     "paused_writes",
     "saved_layout",
+    "wait_for_uncommitted",
 ]
+
+#: What orbax appends to ``<step>`` while a save of that step is not committed yet.
+TMP_SUFFIX = ".orbax-checkpoint-tmp"
 
 # ---------------------------------------------------------------------------
 # What lands on disk
@@ -320,9 +326,12 @@ def paused_writes() -> Iterator[None]:
     """Hold back the commit of every orbax save started inside this block until the block ends.
 
     Inside the block, ``manager.save(step, ...)`` returns as usual and its array data is
-    written, but the checkpoint stays uncommitted: its directory is still named
-    ``<step>.orbax-checkpoint-tmp`` and ``manager.is_saving_in_progress()`` is True.
-    Leaving the block lets the commit go ahead. A process killed inside the block dies
+    written, but the checkpoint stays uncommitted: its directory is named
+    ``<step>.orbax-checkpoint-tmp...`` and ``manager.is_saving_in_progress()`` is True.
+    orbax may create that directory in its background thread
+    (``AsyncOptions.create_directories_asynchronously``, on by default), so it can appear
+    after ``save`` returns: ``wait_for_uncommitted`` waits for it. Leaving the block lets
+    the commit go ahead. A process killed inside the block (after that wait) dies
     mid-save, deterministically (in a multi-process job: with its part of the save undone).
     """
     gate: Future = Future()
@@ -355,3 +364,28 @@ def failing_writes(
     with _quiet(str(error), error) if quiet else contextlib.nullcontext():
         with _extra_commit_future(failed):
             yield error
+
+
+def wait_for_uncommitted(directory: str | Path, step: int, timeout: float = 60.0) -> Path:
+    """Wait until ``step``'s uncommitted save, ``<step>.orbax-checkpoint-tmp...``, is in
+    ``directory``, and return its path.
+
+    Use it after ``manager.save(step, ...)`` inside ``paused_writes``: orbax may create the
+    directory in its background thread, so a process killed right after ``save`` returned
+    can die before the save has left anything on disk.
+
+    Raises:
+      TimeoutError: no such directory appeared within ``timeout`` seconds.
+    """
+    root = Path(directory)
+    deadline = time.monotonic() + timeout
+    while True:
+        found = sorted(root.glob(f"{step}{TMP_SUFFIX}*"))
+        if found:
+            return found[0]
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"wait_for_uncommitted: no {step}{TMP_SUFFIX}* in {root} after {timeout} s; "
+                f"was manager.save({step}, ...) called on a manager of that directory?"
+            )
+        time.sleep(0.01)

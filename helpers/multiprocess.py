@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from helpers import compat
-from helpers.checkpoint import paused_writes
+from helpers.checkpoint import paused_writes, wait_for_uncommitted
 
 # The model every process trains (small enough for a 2-core CI machine). The global batch
 # and the width d_model must divide by the number of devices: 32 and 64 allow up to 32.
@@ -224,8 +222,8 @@ def save(mngr: Any, step: int, params: Any, opt_state: Any, hold: bool = False) 
     if hold:
         _HELD.enter_context(paused_writes())  # never left: this process is to be killed
     mngr.save(step, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}))
-    while hold and not list(Path(mngr.directory).glob(f"{step}.orbax-checkpoint-tmp*")):
-        time.sleep(0.05)
+    if hold:
+        wait_for_uncommitted(mngr.directory, step)
 
 
 def restore_target(model: Any, optimizer: Any, x: Any, mesh: Any, layout: str) -> Any:

@@ -33,19 +33,19 @@ from jax.sharding import PartitionSpec as P
 
 from helpers import make_mesh
 from helpers.checkpoint import (
+    TMP_SUFFIX,
     checkpoint_files,
     failing_writes,
     format_checkpoint_files,
     format_saved_layout,
     paused_writes,
     saved_layout,
+    wait_for_uncommitted,
 )
 from helpers.models import ModelConfig, synthetic_batch
 from helpers.train import init_sharded, opt_state_shardings, param_shardings
 
 ocp = pytest.importorskip("orbax.checkpoint")
-
-TMP_SUFFIX = ".orbax-checkpoint-tmp"
 
 
 def _names(directory: Path) -> list[str]:
@@ -229,16 +229,9 @@ def test_paused_writes_holds_the_commit_until_the_block_ends(tmp_path, mesh8):
         with paused_writes():
             mngr.save(1, args=ocp.args.StandardSave(_small_state(mesh8, 1.0)))
             time.sleep(0.2)  # time enough for an unpaused save of these few KiB to commit
-            # orbax may create the temporary directory in its background thread; give a
-            # loaded machine time to get there (the commit stays held meanwhile).
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not any(
-                name.startswith("1" + TMP_SUFFIX) for name in _names(tmp_path)
-            ):
-                time.sleep(0.01)
+            assert wait_for_uncommitted(tmp_path, 1).name.startswith("1" + TMP_SUFFIX)
             assert mngr.is_saving_in_progress()
             assert not (tmp_path / "1").exists()
-            assert any(name.startswith("1" + TMP_SUFFIX) for name in _names(tmp_path))
         mngr.wait_until_finished()
         assert not mngr.is_saving_in_progress()
         assert _names(tmp_path) == ["1"] and mngr.all_steps() == [1]
@@ -308,12 +301,11 @@ def test_keep_last_n_deletes_older_checkpoints(tmp_path, mesh8):
 # Child processes: the same script, ended three ways. It runs on 2 simulated devices.
 _CHILD = textwrap.dedent("""
     import sys, time
-    from pathlib import Path
     from helpers import use_simulated_devices
     use_simulated_devices(2, quiet=True)
     import jax.numpy as jnp
     import orbax.checkpoint as ocp
-    from helpers.checkpoint import paused_writes
+    from helpers.checkpoint import paused_writes, wait_for_uncommitted
 
     directory, ending = sys.argv[1], sys.argv[2]
     mngr = ocp.CheckpointManager(directory)
@@ -323,10 +315,7 @@ _CHILD = textwrap.dedent("""
         mngr.wait_until_finished()
         with paused_writes():
             mngr.save(2, args=ocp.args.StandardSave({"w": w + 1}))
-            # orbax may create the temporary directory in its background thread: wait for
-            # it, so that the kill lands mid-save even on a loaded machine.
-            while not list(Path(directory).glob("2.orbax-checkpoint-tmp*")):
-                time.sleep(0.01)
+            wait_for_uncommitted(directory, 2)  # so that the kill lands mid-save
             print("SAVING 2", flush=True)
             time.sleep(600)  # killed here, mid-save
     mngr.save(1, args=ocp.args.StandardSave({"w": w}))
@@ -452,3 +441,16 @@ def test_listing_survives_files_vanishing_mid_listing(tmp_path):
     finally:
         stop.set()
         worker.join()
+
+
+def test_wait_for_uncommitted_finds_the_temporary_directory_or_says_what_is_missing(tmp_path):
+    (tmp_path / "3").mkdir()  # a committed step is not what it waits for
+    with pytest.raises(TimeoutError, match=r"no 3\.orbax-checkpoint-tmp\* in .* after 0\.05 s"):
+        wait_for_uncommitted(tmp_path, 3, timeout=0.05)
+    tmp = tmp_path / f"3{TMP_SUFFIX}-1764590000"
+    tmp.mkdir()
+    assert wait_for_uncommitted(tmp_path, 3, timeout=0.05) == tmp
+    (tmp_path / f"30{TMP_SUFFIX}").mkdir()
+    assert wait_for_uncommitted(tmp_path, 3, timeout=0.0) == tmp  # not step 30's
+    with pytest.raises(TimeoutError, match="no 4"):
+        wait_for_uncommitted(tmp_path, 4, timeout=0.0)

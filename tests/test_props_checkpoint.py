@@ -1,4 +1,5 @@
-"""Property-based tests of helpers.checkpoint: listings of any directory tree, saved layouts."""
+"""Property-based tests of helpers.checkpoint: listings of any directory tree, saved layouts,
+waiting for an uncommitted save."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import checkpoint_files, format_bytes, format_checkpoint_files
-from helpers.checkpoint import SavedArray
+from helpers.checkpoint import TMP_SUFFIX, SavedArray, wait_for_uncommitted
 
 names = st.text("abcdefgh_.0123456789", min_size=1, max_size=8).filter(
     lambda s: s not in (".", "..")
@@ -89,3 +90,28 @@ def test_a_saved_array_has_as_many_chunks_as_its_chunk_shape_tiles(shape_and_chu
         expected *= -(-s // c)
     assert a.chunks == expected
     assert SavedArray("p", shape, "float32", None, None, None).chunks is None
+
+
+@settings(max_examples=40)
+@given(
+    st.integers(0, 120),
+    st.sets(st.integers(0, 120), max_size=5),
+    st.sets(st.integers(0, 120), max_size=5),
+)
+def test_wait_for_uncommitted_finds_exactly_that_steps_temporary_directory(
+    step, pending, committed
+):
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        for s in pending:
+            (root / f"{s}{TMP_SUFFIX}-{s + 7}").mkdir()
+        for s in committed - pending:
+            (root / str(s)).mkdir()
+        if step in pending:
+            assert (
+                wait_for_uncommitted(root, step, timeout=0.0)
+                == root / f"{step}{TMP_SUFFIX}-{step + 7}"
+            )
+        else:
+            with pytest.raises(TimeoutError, match=f"no {step}\\.orbax-checkpoint-tmp"):
+                wait_for_uncommitted(root, step, timeout=0.0)
