@@ -26,7 +26,8 @@ def main() -> int:
     env = {**os.environ, "NOTEBOOK_STATS": str(stats)}
     env.pop("NUM_DEVICES", None)
     rc = subprocess.call(
-        [sys.executable, "-m", "pytest", "-n", "0", "-q", "notebooks"], cwd=ROOT, env=env
+        [sys.executable, "-m", "pytest", "-n", "0", "-q", "notebooks"], cwd=ROOT, env=env,
+        timeout=3600,
     )
     if rc != 0:
         return rc

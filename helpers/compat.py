@@ -8,6 +8,10 @@ notebooks and the other helpers modules never test versions themselves.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
+import mmap
+import os
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -39,6 +43,7 @@ __all__ = [
     "gloo_on_loopback",
     "auto_mesh",
     "backend_started",
+    "patient_cpu_collectives",
     "cost_flops",
     "pvary",
     "is_nnx_variable",
@@ -74,6 +79,63 @@ def backend_started() -> bool:
     if probe is not None:
         return bool(probe())
     return bool(getattr(xla_bridge, "_backends", {}))  # pragma: no cover - older jax
+
+
+#: How long XLA:CPU waits for every simulated device to reach a collective. XLA's default
+#: is a warning after 20 s and an abort (SIGABRT, "Termination timeout ... exceeded") 40 s
+#: after that: a device thread that reaches an all-reduce a minute after the others kills
+#: the whole process. Simulated devices are threads sharing a few cores, so on a busy
+#: 2-core machine one can be that late without anything being wrong (the series' issue 25:
+#: jax 0.8.0 aborted at 3, 5, 6 and 7 devices). The series waits 10 minutes, and warns
+#: after 2, so that only a real deadlock ends the process, with XLA's own message.
+CPU_COLLECTIVE_FLAGS = {
+    "xla_cpu_collective_call_warn_stuck_timeout_seconds": 120,
+    "xla_cpu_collective_call_terminate_timeout_seconds": 600,
+}
+
+
+@functools.cache
+def xla_knows_flag(name: str) -> bool:
+    """Whether this jaxlib's XLA defines the flag ``name`` (without starting a backend).
+
+    XLA stops the process on a flag it does not know ("Unknown flag in XLA_FLAGS"), so a
+    flag is only ever set where jaxlib's shared libraries carry its name. The flags in
+    ``CPU_COLLECTIVE_FLAGS`` exist in every jaxlib from 0.8.0 (the oldest this series
+    supports) to the newest tested; the check keeps a future jaxlib that drops one safe.
+    """
+    spec = importlib.util.find_spec("jaxlib")
+    needle = name.encode()
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for dirpath, _, files in os.walk(root):
+            for file in files:
+                if ".so" not in file and not file.endswith((".pyd", ".dylib")):
+                    continue
+                with open(os.path.join(dirpath, file), "rb") as f:
+                    try:
+                        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                            if m.find(needle) >= 0:
+                                return True
+                    except ValueError:  # an empty file cannot be mapped
+                        continue
+    return False
+
+
+def patient_cpu_collectives() -> str:
+    """Add ``CPU_COLLECTIVE_FLAGS`` to ``$XLA_FLAGS`` before JAX starts its CPU backend.
+
+    A flag already in ``$XLA_FLAGS`` wins (yours are kept as they are), and a flag this
+    jaxlib does not define is left out. Returns ``$XLA_FLAGS`` as it now stands. XLA reads
+    ``$XLA_FLAGS`` when the backend starts, so this must run before that.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    added = [
+        f"--{name}={value}"
+        for name, value in CPU_COLLECTIVE_FLAGS.items()
+        if f"--{name}=" not in flags and xla_knows_flag(name)
+    ]
+    if added:
+        os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
+    return os.environ.get("XLA_FLAGS", "")
 
 
 def auto_mesh(shape: tuple[int, ...], names: tuple[str, ...], devices: Any = None) -> Mesh:

@@ -84,6 +84,8 @@ def use_simulated_devices(
         return devices
 
     want = _requested_count(n)
+    if not compat.backend_started():
+        compat.patient_cpu_collectives()
     if real_accelerators == "auto":
         if not compat.backend_started():
             jax.config.update("jax_num_cpu_devices", want)

@@ -387,6 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.simulated_devices:
         # Before anything starts JAX's backend: afterwards the count cannot change.
+        from helpers import compat
+
+        compat.patient_cpu_collectives()  # a late simulated device must not abort the run
         jax.config.update("jax_platforms", "cpu")
         jax.config.update("jax_num_cpu_devices", args.simulated_devices)
     connect(args)

@@ -97,3 +97,23 @@ def test_mesh_shape_for(n, axes, expected):
 
 def test_mesh_shape_for_prefer_last():
     assert mesh_shape_for(8, 2, prefer="last") == (2, 4)
+
+
+def test_this_jaxlib_knows_the_series_cpu_collective_flags():
+    from helpers.compat import CPU_COLLECTIVE_FLAGS, xla_knows_flag
+
+    for name in CPU_COLLECTIVE_FLAGS:
+        assert xla_knows_flag(name), name
+    assert not xla_knows_flag("xla_cpu_a_flag_no_xla_has_ever_defined")
+
+
+def test_patient_cpu_collectives_adds_its_flags_once_and_keeps_yours(monkeypatch):
+    from helpers.compat import CPU_COLLECTIVE_FLAGS, patient_cpu_collectives
+
+    warn, terminate = CPU_COLLECTIVE_FLAGS
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to=/tmp/x --{terminate}=7")
+    flags = patient_cpu_collectives()
+    assert flags.split() == ["--xla_dump_to=/tmp/x", f"--{terminate}=7", f"--{warn}=120"]
+    assert patient_cpu_collectives() == flags  # a second call adds nothing
+    monkeypatch.delenv("XLA_FLAGS")
+    assert patient_cpu_collectives().split() == [f"--{warn}=120", f"--{terminate}=600"]

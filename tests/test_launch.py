@@ -214,22 +214,32 @@ def test_jupyter_server_lists_and_runs_notebooks():
         os.kill(pid, 0)
 
 
-def _learner_clone(tmp_path: Path) -> Path:
-    """A git repository holding this checkout's files as committed, like a learner's clone."""
+def _learner_clone(tmp_path: Path, source: Path = ROOT) -> Path:
+    """A git repository holding this checkout's files as git holds them, like a learner's clone.
+
+    Tracked files come from git's index, not from the working copy: a notebook a learner has
+    run and saved (outputs and all) is cloned as committed, so no test here depends on the
+    working copy being clean. Files git does not track yet (and does not ignore) are copied
+    as they stand, so that a change not yet staged is tested too.
+    """
     clone = tmp_path / "clone"
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+    clone.mkdir(parents=True)
+    subprocess.run(
+        ["git", "checkout-index", "--all", f"--prefix={clone}/"], cwd=source, check=True, timeout=120
+    )  # fmt: skip
+    untracked = subprocess.run(
+        ["git", "ls-files", "-z", "--others", "--exclude-standard"],
+        cwd=source, capture_output=True, text=True, check=True, timeout=120,
     ).stdout.split("\0")  # fmt: skip
-    for rel in filter(None, files):
-        src = ROOT / rel
+    for rel in filter(None, untracked):
+        src = source / rel
         if src.is_file():
             (clone / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, clone / rel)
     git = ["git", "-c", "user.name=learner", "-c", "user.email=learner@example.invalid"]
-    subprocess.run([*git, "init", "-q"], cwd=clone, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=clone, check=True)
-    subprocess.run([*git, "commit", "-qm", "clone"], cwd=clone, check=True)
+    subprocess.run([*git, "init", "-q"], cwd=clone, check=True, timeout=120)
+    subprocess.run([*git, "add", "-A"], cwd=clone, check=True, timeout=120)
+    subprocess.run([*git, "commit", "-qm", "clone"], cwd=clone, check=True, timeout=120)
     return clone
 
 
@@ -280,6 +290,39 @@ def test_saving_in_jupyterlab_keeps_the_tests_green(tmp_path):
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
 
 
+@pytest.mark.timeout(2400)
+def test_a_learners_run_and_save_keeps_pytest_green(tmp_path):
+    """The README's promise, as a learner lives it: run a notebook in place (its outputs saved
+    into the .ipynb), then run the tests in that same working copy. The tests that read the
+    notebooks, the JupyterLab-save test (whose clone is taken from this dirty working copy)
+    and the executed notebook itself must all pass there."""
+    learner = _learner_clone(tmp_path / "learner")
+    name = "01_linen_basics"
+    env = {**os.environ, "NUM_DEVICES": "1", "PYTHONPATH": str(learner)}
+    run = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+         "--inplace", "--ExecutePreprocessor.timeout=600", f"notebooks/{name}.ipynb"],
+        cwd=learner, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    saved = nbformat.read(learner / "notebooks" / f"{name}.ipynb", as_version=4)
+    assert sum(bool(c.get("outputs")) for c in saved.cells) > 10, "the run saved no outputs"
+    # A clone taken from this working copy holds the notebook as committed: no outputs.
+    again = _learner_clone(tmp_path / "again", source=learner)
+    clean = nbformat.read(again / "notebooks" / f"{name}.ipynb", as_version=4)
+    assert not any(c.get("outputs") for c in clean.cells if c.cell_type == "code")
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+         "--device-counts=1", "tests/test_notebooks.py",
+         "tests/test_launch.py::test_saving_in_jupyterlab_keeps_the_tests_green",
+         f"notebooks/{name}.ipynb"],
+        cwd=learner, env={**os.environ, "PYTHONPATH": str(learner)},
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
+    assert " passed" in tests.stdout and " failed" not in tests.stdout
+
+
 def _pins(path: Path) -> dict[str, str]:
     pins = {}
     for line in path.read_text().splitlines():
@@ -314,7 +357,9 @@ def test_binder_recipe_replays_in_a_new_environment(tmp_path):
             "the pinned entry of .ci/run"
         )
     venv = tmp_path / "binder-venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300
+    )
     py = venv / "bin" / "python"
     new_site = Path(
         subprocess.run(
@@ -322,6 +367,7 @@ def test_binder_recipe_replays_in_a_new_environment(tmp_path):
             capture_output=True,
             text=True,
             check=True,
+            timeout=120,
         ).stdout.strip()
     )
     # Layer the new environment over this one: its packages are visible, new installs land in the new one.

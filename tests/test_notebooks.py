@@ -60,7 +60,12 @@ def _committed(path: Path) -> str | None:
         return None
     rel = path.relative_to(ROOT).as_posix()
     out = subprocess.run(
-        ["git", "show", f":{rel}"], cwd=ROOT, capture_output=True, text=True, check=False
+        ["git", "show", f":{rel}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     return out.stdout if out.returncode == 0 else None
 
@@ -237,5 +242,6 @@ def test_ruff_clean():
         cwd=ROOT,
         capture_output=True,
         text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
