@@ -278,7 +278,7 @@ def _draw_table(
     step = max(1, int(np.ceil(T / 20)))
     ax.set_xticks([t + 0.5 for t in range(0, T, step)])
     ax.set_xticklabels([str(t) for t in range(0, T, step)], fontsize=8)
-    ax.set_xlabel("tick (one forward or one backward of one micro-batch per device)", fontsize=9)
+    ax.set_xlabel("tick (one operation of one micro-batch per device)", fontsize=9)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
@@ -287,7 +287,7 @@ def _draw_table(
         kinds = "solid: forward, hatched: input gradient (B), outlined: weight gradient (W)"
     chunks = "; the letter is the device's model chunk" if lettered else ""
     ax.set_title(
-        (title or f"{s.name}: {S} devices, {s.n_micro} micro-batches, bubble "
+        (title or f"{s.name}: {S} device{'s' * (S > 1)}, {s.n_micro} micro-batches, bubble "
          f"{bubble_fraction(s.phase):.1%}")
         + f"\n({kinds}; the number is the micro-batch{chunks}; pale grey: idle)",
         fontsize=10,
