@@ -17,7 +17,6 @@ from helpers.collectives import (
     HLO_NAME,
     Block,
     blocks_by_device,
-    bubble_fraction,
     chunks_for,
     expected_blocks,
     gpipe_bubble,
@@ -51,6 +50,7 @@ from helpers.measure import (
 from helpers.pipeline import gpipe_pipeline
 from helpers.schedules import (
     PipelineSchedule,
+    bubble_fraction,
     dualpipe_table,
     executor_tables,
     gpipe_table,

@@ -339,6 +339,7 @@ def draw_in_flight(
         ax.set_xlabel("tick", fontsize=9)
         ax.set_ylim(0, top + 0.5)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("micro-batches held", fontsize=9)
     if S <= 8:
