@@ -357,7 +357,7 @@ def interleaved_table(n_stages: int, n_micro: int, n_chunks: int) -> PipelineSch
 
 
 def zero_bubble_table(n_stages: int, n_micro: int) -> PipelineSchedule:
-    """Zero-bubble's idea (Qi et al. 2023, ZB-H1) on 1F1B: the backward split into ``B``
+    """Zero-bubble's idea (Qi et al. 2024, ZB-H1) on 1F1B: the backward split into ``B``
     (the input's gradient, which the previous stage waits for) and ``W`` (the weights'
     gradient, which no one waits for); each ``W`` is deferred into ticks that would idle."""
     S, M = _check_sm("zero_bubble_table", n_stages, n_micro)
