@@ -17,7 +17,6 @@ from helpers.collectives import (
     HLO_NAME,
     Block,
     blocks_by_device,
-    bubble_fraction,
     chunks_for,
     expected_blocks,
     gpipe_bubble,
@@ -35,7 +34,7 @@ from helpers.draw import (
     draw_sharding,
     draw_strategy_guide,
 )
-from helpers.draw_comm import draw_collective, draw_pipeline_schedule
+from helpers.draw_comm import draw_collective, draw_in_flight, draw_pipeline_schedule
 from helpers.lesson import check, expect_error
 from helpers.measure import (
     CollectiveOp,
@@ -47,6 +46,22 @@ from helpers.measure import (
     planned_bytes_per_device,
     sharding_table,
     step_memory,
+)
+from helpers.pipeline import gpipe_pipeline
+from helpers.schedules import (
+    PipelineSchedule,
+    bubble_fraction,
+    dualpipe_table,
+    executor_tables,
+    gpipe_table,
+    in_flight,
+    interleaved_bubble,
+    interleaved_table,
+    one_f_one_b_order,
+    one_f_one_b_table,
+    simulate,
+    stage_layout,
+    zero_bubble_table,
 )
 from helpers.sharding import (
     LOGICAL_NAMES,
@@ -82,6 +97,7 @@ __all__ = [
     "bubble_fraction",
     "chunks_for",
     "draw_collective",
+    "draw_in_flight",
     "draw_pipeline_schedule",
     "expected_blocks",
     "gpipe_bubble",
@@ -90,6 +106,19 @@ __all__ = [
     "read_blocks",
     "ring_bytes",
     "tag_blocks",
+    "PipelineSchedule",
+    "gpipe_pipeline",
+    "dualpipe_table",
+    "executor_tables",
+    "gpipe_table",
+    "in_flight",
+    "interleaved_bubble",
+    "interleaved_table",
+    "one_f_one_b_order",
+    "one_f_one_b_table",
+    "simulate",
+    "stage_layout",
+    "zero_bubble_table",
     "CollectiveOp",
     "LOGICAL_NAMES",
     "LOGICAL_RULES",

@@ -26,6 +26,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from helpers.collectives import Block, bubble_fraction
 from helpers.draw import (
@@ -35,8 +36,9 @@ from helpers.draw import (
     _text_color,
     device_color,
 )
+from helpers.schedules import BACKWARD, FORWARD, IDLE, WEIGHT_GRAD, PipelineSchedule, in_flight
 
-__all__ = ["draw_collective", "draw_pipeline_schedule"]
+__all__ = ["draw_collective", "draw_in_flight", "draw_pipeline_schedule"]
 
 Layout = Mapping[int, Sequence[Block]]
 
@@ -160,10 +162,15 @@ def draw_pipeline_schedule(
 
     Args:
       schedule: ``(stages, ticks)`` ints, the micro-batch each stage works on at each
-        tick or ``-1`` when it idles (``gpipe_schedule``, or what a run recorded).
+        tick or ``-1`` when it idles (``gpipe_schedule``, or what a run recorded); or a
+        ``PipelineSchedule`` (``helpers.schedules``), drawn with forward cells solid,
+        backward cells hatched, weight-gradient cells outlined, and, when a device holds
+        several model chunks, the chunk as a letter after the micro-batch (``3b``).
       stage_devices: the device of each stage (default: stage ``s`` on device ``s``).
       ax: the Axes to draw on; a new figure is made when ``None``.
     """
+    if isinstance(schedule, PipelineSchedule):
+        return _draw_table(schedule, title=title, stage_devices=stage_devices, ax=ax)
     a = np.asarray(schedule)
     if a.ndim != 2 or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
         raise ValueError(
@@ -213,3 +220,129 @@ def draw_pipeline_schedule(
         fontsize=10.5,
     )
     return ax
+
+
+_CHUNK_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _devices_for(n: int, stage_devices: Sequence[int] | None, where: str) -> list[int]:
+    devs = list(range(n)) if stage_devices is None else [int(d) for d in stage_devices]
+    if len(devs) != n:
+        raise ValueError(f"{where}: stage_devices has {len(devs)} entries for {n} stages.")
+    return devs
+
+
+def _draw_table(
+    s: PipelineSchedule,
+    *,
+    title: str | None,
+    stage_devices: Sequence[int] | None,
+    ax: Axes | None,
+) -> Axes:
+    """``draw_pipeline_schedule`` for a ``PipelineSchedule``: F solid, B hatched, W outlined."""
+    S, T = s.n_stages, s.ticks
+    devs = _devices_for(S, stage_devices, "draw_pipeline_schedule")
+    if ax is None:
+        ax = _new_figure((min(15.0, 1.8 + 0.3 * T), 1.5 + 0.42 * S)).add_subplot()
+    ax.set_xlim(0, T)
+    ax.set_ylim(S, 0)
+    w_pt, h_pt = _axes_size_pt(ax)
+    cell = min(w_pt / T, h_pt / S)
+    lettered = s.n_chunks > 1
+    size = float(np.clip(cell * (0.36 if lettered else 0.46), 4.5, 10.0))
+    for d in range(S):
+        face = device_color(devs[d])
+        for t in range(T):
+            ph, m, c = int(s.phase[d, t]), int(s.micro[d, t]), int(s.chunk[d, t])
+            gid = f"cell:stage={d}:tick={t}:micro={m}:phase={ph}:chunk={c}"
+            if ph == IDLE:
+                ax.add_patch(Rectangle((t, d), 1, 1, facecolor="0.93", edgecolor="white",
+                                       linewidth=0.8, gid=gid))  # fmt: skip
+                continue
+            label = f"{m}{_CHUNK_LETTERS[c % 26]}" if lettered else str(m)
+            if ph == FORWARD:
+                ax.add_patch(Rectangle((t, d), 1, 1, facecolor=face, edgecolor="white",
+                                       linewidth=0.8, gid=gid))  # fmt: skip
+                ink, box = _text_color(face), None
+            else:
+                hatch = "////" if ph == BACKWARD else None
+                ax.add_patch(Rectangle((t + 0.06, d + 0.06), 0.88, 0.88, facecolor="white",
+                                       edgecolor=face, hatch=hatch, linewidth=1.6,
+                                       gid=gid))  # fmt: skip
+                ink = "black"
+                box = {"boxstyle": "round,pad=0.08", "facecolor": "white", "edgecolor": "none"}
+            ax.text(t + 0.5, d + 0.5, label, ha="center", va="center", fontsize=size,
+                    color=ink, fontweight="bold", bbox=box)  # fmt: skip
+    ax.set_yticks([d + 0.5 for d in range(S)])
+    ax.set_yticklabels([f"dev {dv}" for dv in devs], fontsize=8.5)
+    step = max(1, int(np.ceil(T / 20)))
+    ax.set_xticks([t + 0.5 for t in range(0, T, step)])
+    ax.set_xticklabels([str(t) for t in range(0, T, step)], fontsize=8)
+    ax.set_xlabel("tick (one operation of one micro-batch per device)", fontsize=9)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    kinds = "solid: forward, hatched: backward"
+    if (s.phase == WEIGHT_GRAD).any():
+        kinds = "solid: forward, hatched: input gradient (B), outlined: weight gradient (W)"
+    chunks = "; the letter is the device's model chunk" if lettered else ""
+    ax.set_title(
+        (title or f"{s.name}: {S} device{'s' * (S > 1)}, {s.n_micro} micro-batches, bubble "
+         f"{bubble_fraction(s.phase):.1%}")
+        + f"\n({kinds}; the number is the micro-batch{chunks}; pale grey: idle)",
+        fontsize=10,
+    )  # fmt: skip
+    return ax
+
+
+def draw_in_flight(
+    schedules: Sequence[PipelineSchedule],
+    *,
+    recorded: Sequence[Any] | None = None,
+    stage_devices: Sequence[int] | None = None,
+    axes: Sequence[Axes] | None = None,
+) -> Figure:
+    """How many micro-batches' activations each device holds after each tick, one panel per
+    schedule, one line per device in its colour.
+
+    Args:
+      schedules: the schedules to compare (``helpers.schedules``), side by side.
+      recorded: optional, per schedule, the ``(devices, ticks)`` counts a run recorded; they
+        are drawn instead of the table's ``in_flight`` (and must have its shape).
+      stage_devices: the device of each row (default: row ``d`` on device ``d``).
+      axes: one Axes per schedule; a new figure is made when ``None``.
+    """
+    if not schedules or not all(isinstance(s, PipelineSchedule) for s in schedules):
+        raise ValueError("draw_in_flight: schedules must be a non-empty list of PipelineSchedule.")
+    counts = [in_flight(s) for s in schedules]
+    if recorded is not None:
+        if len(recorded) != len(schedules):
+            raise ValueError(f"draw_in_flight: {len(recorded)} recorded arrays for "
+                             f"{len(schedules)} schedules.")  # fmt: skip
+        for i, (r, c) in enumerate(zip(recorded, counts, strict=True)):
+            if np.shape(r) != c.shape:
+                raise ValueError(f"draw_in_flight: recorded[{i}] has shape {np.shape(r)}, the "
+                                 f"schedule {c.shape}.")  # fmt: skip
+        counts = [np.asarray(r) for r in recorded]
+    S = schedules[0].n_stages
+    devs = _devices_for(S, stage_devices, "draw_in_flight")
+    if axes is None:
+        fig = _new_figure((min(15.0, 4.2 * len(schedules)), 3.2))
+        axes = fig.subplots(1, len(schedules), sharey=True, squeeze=False)[0]
+    fig = axes[0].figure
+    top = max(int(c.max()) for c in counts)
+    for ax, s, c in zip(axes, schedules, counts, strict=True):
+        for d in range(c.shape[0]):
+            ax.step(np.arange(1, c.shape[1] + 1), c[d], where="post", color=device_color(devs[d]),
+                    linewidth=1.6, label=f"dev {devs[d]}", gid=f"in_flight:{s.name}:device={d}")  # fmt: skip
+        ax.set_title(f"{s.name}, M={s.n_micro}: peak {int(c.max())}", fontsize=10)
+        ax.set_xlabel("tick", fontsize=9)
+        ax.set_ylim(0, top + 0.5)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("micro-batches held", fontsize=9)
+    if S <= 8:
+        axes[-1].legend(fontsize=7.5, ncol=2, loc="upper right", frameon=False)
+    fig.tight_layout()
+    return fig

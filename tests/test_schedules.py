@@ -1,0 +1,75 @@
+"""helpers.schedules and helpers.pipeline: tables on small cases written out by hand, and
+notebook 07's GPipe as an importable function. Runs on 8 simulated devices."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from helpers import make_mesh
+from helpers.collectives import gpipe_schedule
+from helpers.pipeline import gpipe_pipeline
+from helpers.schedules import (
+    bubble_fraction,
+    executor_tables,
+    gpipe_table,
+    in_flight,
+    interleaved_table,
+    one_f_one_b_order,
+    one_f_one_b_table,
+)
+
+
+def test_gpipe_table_by_hand():
+    s = gpipe_table(2, 2)
+    # ticks:        0   1   2   3   4   5
+    assert s.phase.tolist() == [[0, 0, -1, -1, 1, 1], [-1, 0, 0, 1, 1, -1]]
+    assert s.micro.tolist() == [[0, 1, -1, -1, 0, 1], [-1, 0, 1, 0, 1, -1]]
+    assert in_flight(s).tolist() == [[1, 2, 2, 2, 1, 0], [0, 1, 2, 1, 0, 0]]
+    # its forward half is notebook 07's schedule
+    fwd = np.where(s.phase == 0, s.micro, -1)[:, :3]
+    assert np.array_equal(fwd, gpipe_schedule(2, 2))
+
+
+def test_one_f_one_b_order_by_hand():
+    assert one_f_one_b_order(0, 3, 4) == [
+        ("F", 0, 0), ("F", 1, 0), ("F", 2, 0), ("B", 0, 0), ("F", 3, 0), ("B", 1, 0),
+        ("B", 2, 0), ("B", 3, 0),
+    ]  # fmt: skip
+    assert one_f_one_b_order(2, 3, 2) == [("F", 0, 0), ("B", 0, 0), ("F", 1, 0), ("B", 1, 0)]
+    with pytest.raises(ValueError, match="stage=3"):
+        one_f_one_b_order(3, 3, 2)
+
+
+def test_1f1b_holds_s_minus_stage_and_interleaved_circles_the_ring():
+    assert in_flight(one_f_one_b_table(4, 8)).max(axis=1).tolist() == [4, 3, 2, 1]
+    s = interleaved_table(2, 4, 2)
+    assert s.route[0] == ((0, 0), (1, 0), (0, 1), (1, 1))
+    assert bubble_fraction(s) == pytest.approx(1 / 9)
+
+
+def test_executor_tables_sizes_follow_the_schedule():
+    g, o = executor_tables(gpipe_table(4, 8)), executor_tables(one_f_one_b_table(4, 8))
+    assert (g["n_stash"], o["n_stash"]) == (8, 4)
+    assert g["op"].shape == g["stash"].shape == (4, 2 * (8 + 3))
+    assert g["act_in"][0].max() == -1  # stage 0 reads the data
+    assert (g["grad_in"][3] == -1).all()  # the last stage starts from the loss
+
+
+def test_gpipe_pipeline_is_notebook_07s():
+    mesh = make_mesh((4,), ("stage",))
+    w = jax.random.normal(jax.random.key(0), (4, 8, 8)) / 3
+    xs = jax.random.normal(jax.random.key(1), (5, 2, 8))
+    run = gpipe_pipeline(lambda p, x: jnp.tanh(x @ p), mesh)
+    outputs, tags = run(w, xs)
+    want = xs
+    for i in range(4):
+        want = jnp.tanh(want @ w[i])
+    np.testing.assert_allclose(outputs[-1], want, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(np.asarray(tags), gpipe_schedule(4, 5))
+    with pytest.raises(ValueError, match="axis='data'"):
+        gpipe_pipeline(lambda p, x: x, mesh, axis="data")
+    with pytest.raises(ValueError, match="callable"):
+        gpipe_pipeline(None, mesh)
+    assert P("stage") == P("stage")
