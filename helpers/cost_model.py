@@ -177,14 +177,8 @@ def node_split(n_devices: int, network: float | Network) -> tuple[int, int]:
 _KINDS = {"all-gather": 1, "reduce-scatter": 1, "all-reduce": 2}
 
 
-def ring_time(kind: str, nbytes: Any, n_devices: int, network: float | Network) -> Any:
-    """Seconds for one ring collective of an array of ``nbytes`` over ``n_devices``.
-
-    Bandwidth: ``f x nbytes x (G-1)/G`` over ``gpu_bw`` inside the node and
-    ``f x nbytes x (M-1)/M`` over ``node_bw`` out of it, whichever takes longer (``f`` = 1
-    for an all-gather or reduce-scatter, 2 for an all-reduce). Latency: NCCL's
-    ``base + intra steps x intra hop + inter steps x inter hop``. One device: 0.
-    """
+def _ring_parts(kind: str, nbytes: Any, n_devices: int, network: float | Network) -> tuple:
+    """``(seconds on NVLink, seconds on the NICs, latency seconds)`` of one ring collective."""
     if kind not in _KINDS:
         raise ValueError(f"kind={kind!r} is not one of {sorted(_KINDS)}.")
     net = as_network(network)
@@ -193,15 +187,26 @@ def ring_time(kind: str, nbytes: Any, n_devices: int, network: float | Network) 
     if np.any(nbytes < 0):
         raise ValueError(f"nbytes must be >= 0; got {nbytes}.")
     if g * m == 1:
-        return 0.0 if nbytes.ndim == 0 else nbytes * 0.0
+        return 0.0, 0.0, 0.0
     f = _KINDS[kind]
     intra = f * nbytes * (g - 1) / g / net.gpu_bw
     inter = f * nbytes * (m - 1) / m / net.node_bw if m > 1 else 0.0
     base, hop_in, hop_out = net.latency
     steps, inter_steps = f * (g * m - 1), f * (m - 1)
-    latency = base + (steps - inter_steps) * hop_in + inter_steps * hop_out
+    return intra, inter, base + (steps - inter_steps) * hop_in + inter_steps * hop_out
+
+
+def ring_time(kind: str, nbytes: Any, n_devices: int, network: float | Network) -> Any:
+    """Seconds for one ring collective of an array of ``nbytes`` over ``n_devices``.
+
+    Bandwidth: ``f x nbytes x (G-1)/G`` over ``gpu_bw`` inside the node and
+    ``f x nbytes x (M-1)/M`` over ``node_bw`` out of it, whichever takes longer (``f`` = 1
+    for an all-gather or reduce-scatter, 2 for an all-reduce). Latency: NCCL's
+    ``base + intra steps x intra hop + inter steps x inter hop``. One device: 0.
+    """
+    intra, inter, latency = _ring_parts(kind, nbytes, n_devices, network)
     out = np.maximum(intra, inter) + latency
-    return float(out) if out.ndim == 0 else out
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def optimizer_bytes(
@@ -351,7 +356,9 @@ def comm_time(
     ``bandwidth`` is one tier's bytes/s one way (the flat ring of ``comm_bytes``, no
     latency), or a ``Network`` with two tiers and latencies (``ring_time`` per collective).
     ``n_ops`` splits each collective into that many (say one per layer): the bytes stay,
-    the latency is paid ``n_ops`` times. Collectives of one phase add up.
+    the latency is paid ``n_ops`` times. Within a phase, collectives on one tier queue and
+    those on different tiers overlap (HSDP's reduce-scatter inside the node beside its
+    all-reduce across nodes, layer by layer); every collective pays its latency.
     """
     _check_strategy(strategy)
     if n_params < 0 or not bytes_per_param > 0 or n_ops < 1:
@@ -362,26 +369,35 @@ def comm_time(
     net = as_network(bandwidth)
     g, m = node_split(n_devices, net)
     size = n_params * bytes_per_param
-
-    def ring(kind: str, nbytes: float, devices: int, over: Network) -> Any:
-        one = ring_time(kind, nbytes / n_ops, devices, over)
-        return n_ops * one
-
     grads = "reduce-scatter" if reduce_scatter else "all-reduce"
+    inside = net._replace(node_bw=None)  # a node's own ring: NVLink only
+    # every GPU all-reduces its 1/G shard with its peers in the other nodes: G rings side
+    # by side share the node's NICs, 2 (M-1)/M of the array out of the node
+    across = Network(np.inf, net.node_bw, 1, (net.latency[0], 0.0, net.latency[2]))
     if strategy == "dp":
-        return Phases(0.0, ring("all-reduce", size, n_devices, net))
-    if strategy != "hsdp":
-        forward = ring("all-gather", size, n_devices, net)
-        backward = ring(grads, size, n_devices, net) + (forward if remat else 0.0)
-        return Phases(forward, backward)
-    inside = net._replace(node_bw=None)  # the node's own ring: NVLink only
-    forward = ring("all-gather", size, g, inside)
-    backward = ring(grads, size, g, inside) + (forward if remat else 0.0)
-    if m > 1:  # every GPU all-reduces its 1/G shard with its peers in the other nodes:
-        # G rings side by side share the node's NICs, 2 (M-1)/M of the array out of the node
-        across = Network(np.inf, net.node_bw, 1, (net.latency[0], 0.0, net.latency[2]))
-        backward = backward + ring("all-reduce", size, m, across)
-    return Phases(forward, backward)
+        rings: tuple[list, list] = ([], [("all-reduce", n_devices, net)])
+    elif strategy != "hsdp":
+        rings = ([("all-gather", n_devices, net)], [(grads, n_devices, net)])
+        if remat:
+            rings[1].append(("all-gather", n_devices, net))
+    else:
+        rings = ([("all-gather", g, inside)], [(grads, g, inside)])
+        if remat:
+            rings[1].append(("all-gather", g, inside))
+        if m > 1:
+            rings[1].append(("all-reduce", m, across))
+
+    def phase(collectives: list) -> Any:
+        """Collectives of one phase queue on a tier and overlap across tiers: the slower
+        tier's total, plus every collective's latency (``n_ops`` times)."""
+        intra = inter = latency = 0.0
+        for kind, devices, over in collectives:
+            a, b, lat = _ring_parts(kind, size, devices, over)
+            intra, inter, latency = intra + a, inter + b, latency + n_ops * lat
+        out = np.maximum(intra, inter) + latency
+        return float(out) if np.ndim(out) == 0 else out
+
+    return Phases(phase(rings[0]), phase(rings[1]))
 
 
 # ---------------------------------------------------------------------------
