@@ -294,6 +294,7 @@ def plot_knee_by_devices(
     counts past one node that are not whole nodes are skipped. Returns the Axes.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     if not networks:
         raise ValueError("plot_knee_by_devices: networks must name at least one Network.")
@@ -344,6 +345,8 @@ def plot_knee_by_devices(
     )
     ax.set_xticks([n for n in devices if n > 1], [str(n) for n in devices if n > 1])
     ax.minorticks_off()
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
     ax.title.set_fontsize(10)
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(True, which="major", alpha=0.2)
