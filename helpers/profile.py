@@ -411,7 +411,8 @@ def compare_strategies(
         defaults.
 
     Raises:
-      ValueError: an unknown or repeated strategy, an unknown model (or one that ``preset``
+      ValueError: ``trace_dir`` with ``dry_run``, ``trace_steps`` < 1, an unknown or
+        repeated strategy, an unknown model (or one that ``preset``
         contradicts), a mesh that does not use every device, a strategy the mesh leaves
         degenerate (see ``degenerate``), or a GPU preset about to run on CPU devices.
 
@@ -421,12 +422,17 @@ def compare_strategies(
     (``device_peak_raised`` says whether it did). Results come back in the order asked.
     """
     log = _log_to(progress)
+    if trace_dir is not None and dry_run:
+        raise ValueError(
+            "compare_strategies: trace_dir needs steps that run, but dry_run=True only "
+            "compiles; drop one of them."
+        )
+    if trace_steps < 1:
+        raise ValueError(f"compare_strategies: trace_steps={trace_steps} must be >= 1.")
     devices = list(jax.devices() if devices is None else devices)
     shape = (len(devices), 1) if mesh_shape is None else tuple(mesh_shape)
     wl = workload_for(preset, strategies, devices, shape, batch_per_device, remat, model)
     _refuse(strategies, wl, devices, shape, steps, warmup, dry_run, allow_cpu)
-    if trace_steps < 1:
-        raise ValueError(f"compare_strategies: trace_steps={trace_steps} must be >= 1.")
     kind, platform = devices[0].device_kind, devices[0].platform
     peak = peak_flops(kind)
     if compiler_options is not None:

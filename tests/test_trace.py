@@ -158,3 +158,14 @@ def test_bad_input_is_refused_with_the_parameter_named(tmp_path):
         tr.summarize_trace([])
     with pytest.raises(ValueError, match="device=5 ran nothing"):
         tr.step_ops(tr.read_trace(_gpu_trace(tmp_path)), device=5)
+
+
+def test_compare_strategies_refuses_a_trace_it_cannot_take_and_passes_compiler_options(tmp_path):
+    with pytest.raises(ValueError, match="trace_dir needs steps that run"):
+        compare_strategies(("dp",), preset="tiny", dry_run=True, trace_dir=tmp_path)
+    with pytest.raises(ValueError, match="trace_steps=0 must be >= 1"):
+        compare_strategies(("dp",), preset="tiny", trace_dir=tmp_path, trace_steps=0)
+    (r,) = compare_strategies(
+        ("dp",), preset="tiny", dry_run=True, progress=False, compiler_options={}
+    )
+    assert r.compiler_options == {} and r.trace_dir is None
