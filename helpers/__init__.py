@@ -81,6 +81,16 @@ from helpers.sharding import (
     shard_tree,
     unmapped_logical_names,
 )
+from helpers.trace import (
+    Span,
+    TraceSummary,
+    exposed_spans,
+    find_trace_file,
+    format_trace_table,
+    read_trace,
+    step_ops,
+    summarize_trace,
+)
 
 __all__ = [
     "SavedArray",
@@ -154,4 +164,12 @@ __all__ = [
     "step_memory",
     "unmapped_logical_names",
     "use_simulated_devices",
+    "Span",
+    "TraceSummary",
+    "exposed_spans",
+    "find_trace_file",
+    "format_trace_table",
+    "read_trace",
+    "step_ops",
+    "summarize_trace",
 ]

@@ -24,10 +24,34 @@ strategy                  forward           backward
                                             reduce-scatter)
 ========================  ================  ============================================
 
+``hsdp``                   1 inside the node  1 inside the node, then an all-reduce
+                          (all-gather)      (2) of each GPU's 1/G shard across nodes
+========================  ================  ============================================
+
 With ``reduce_scatter=False`` FSDP's gradients cost an all-reduce (2) instead of a
 reduce-scatter (1): that is what XLA's CPU backend compiles (see notebook 04).
 The overlap inside a phase is an assumption (XLA's GPU latency-hiding scheduler aims for
 it); the projections here are not measurements.
+
+**Two tiers.** A ``Network`` has an intra-node tier (NVLink, per GPU) and an inter-node
+tier (the node's NICs, all of them together). A ring collective that spans ``M`` nodes of
+``G`` GPUs moves ``(G-1)/G`` of the array over NVLink and ``(M-1)/M`` of it out of each
+node; it takes as long as the slower of the two (the scaling book's GPU chapter,
+https://jax-ml.github.io/scaling-book/gpus/, "Cross-node collectives": an all-gather of
+``B`` bytes beyond the node costs about ``B / W_node egress``, and its "2-way AllGather"
+answer takes the max of the node-level and the cross-node cost). **HSDP** (hybrid
+sharding: FSDP inside each node, DP across nodes) keeps its gathers on NVLink and sends
+only the gradient all-reduce out of the node.
+
+**Latency.** Each collective also pays a fixed start cost and one hop per ring step, as
+NCCL's own tuning model counts them (``src/graph/tuning.cc`` in NVIDIA/nccl:
+``baseLat + (nsteps - nInterSteps) * intraLat + nInterSteps * interLat``, with ``N-1``
+steps for an all-gather or reduce-scatter and ``2(N-1)`` for an all-reduce). So a small
+message is never free.
+
+**The optimizer step.** Adam reads the parameters, gradients and both moments and writes
+back the parameters and moments: 7 arrays of f32, 28 bytes per parameter, from and to
+HBM. DP does that for every parameter on every device; FSDP for its 1/N (HSDP 1/G).
 """
 
 from __future__ import annotations
@@ -59,8 +83,9 @@ PEAK_BF16_FLOPS: tuple[tuple[str, str, float], ...] = (
     (r"\bT4\b", "T4 (FP16 peak)", 65e12),
 )
 
-# Interconnect bandwidth per GPU and PER DIRECTION, the figure a ring collective runs at,
-# from NVIDIA's datasheets (which quote the bidirectional total):
+# Interconnect bandwidth per GPU and PER DIRECTION, from NVIDIA's datasheets (which quote
+# the bidirectional total). These are the links' datasheet rates: what a ring collective
+# achieves (NCCL's "bus bandwidth") is measured, and lower.
 NVLINK4 = 450e9  # H100/H200 SXM, NVLink 4: 900 GB/s total
 NVLINK3 = 300e9  # A100 SXM, NVLink 3: 600 GB/s total
 PCIE5_X16 = 64e9  # PCIe Gen5 x16: 128 GB/s total (H100 PCIe, H200 NVL host link)
@@ -71,6 +96,140 @@ INTERCONNECTS: dict[str, float] = {
     "PCIe Gen5 x16": PCIE5_X16,
     "PCIe Gen4 x16": PCIE4_X16,
 }
+
+
+# The inter-node tier: one 400 Gb/s NDR InfiniBand NIC moves 50 GB/s per direction. A DGX
+# H100 node has 8 of them (NVIDIA DGX H100 datasheet: "8x single-port NVIDIA ConnectX-7
+# VPI, up to 400Gb/s InfiniBand/Ethernet"), 400 GB/s out of the node: the scaling book's
+# "node egress bandwidth" of 400e9 for H100 (https://jax-ml.github.io/scaling-book/gpus/).
+IB_NDR_400 = 400e9 / 8
+DGX_H100_NODE = 8 * IB_NDR_400
+
+# HBM bandwidth per GPU, from NVIDIA's datasheets (H100 SXM 3.35 TB/s, H200 SXM 4.8 TB/s,
+# A100 80GB SXM 2,039 GB/s): what the optimizer step's reads and writes run at.
+HBM_BANDWIDTH: dict[str, float] = {"H100 SXM": 3.35e12, "H200 SXM": 4.8e12, "A100": 2.039e12}
+
+# Adam in f32 reads parameter, gradient and both moments (4 x 4 bytes) and writes
+# parameter and both moments (3 x 4 bytes), per parameter.
+ADAM_BYTES_PER_PARAM = 28
+
+# NCCL's ring latencies for its "Simple" protocol, in seconds: (per collective, per step
+# inside a node over NVLink, per step that crosses nodes). From NVIDIA/nccl
+# src/graph/tuning.cc (baseLat Ring/Simple 8.4 us; hwLat NVLink Ring/Simple 3.4 us, NET
+# Ring/Simple 9.6 us). They are one NCCL version's model; other versions tune them.
+NCCL_RING_LATENCY = (8.4e-6, 3.4e-6, 9.6e-6)
+
+
+class Network(NamedTuple):
+    """Where a collective runs: an intra-node tier and, optionally, an inter-node tier.
+
+    ``gpu_bw``: bytes/s one way per GPU inside a node (NVLink, or PCIe).
+    ``node_bw``: bytes/s one way out of a whole node (the sum of its NICs), or None for a
+    single tier where every link runs at ``gpu_bw``.
+    ``gpus_per_node``: ``G``; a ring over more devices spans ``N / G`` nodes.
+    ``latency``: seconds per collective, per ring step inside a node, per ring step across
+    nodes (see ``NCCL_RING_LATENCY``); zeros leave latency out.
+    """
+
+    gpu_bw: float
+    node_bw: float | None = None
+    gpus_per_node: int = 8
+    latency: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+#: A DGX H100 node: NVLink 4 inside, 8 x 400 Gb/s InfiniBand out, NCCL's latencies.
+DGX_H100 = Network(NVLINK4, DGX_H100_NODE, 8, NCCL_RING_LATENCY)
+
+
+def as_network(bandwidth: float | Network) -> Network:
+    """A ``Network`` as given, or one tier at ``bandwidth`` bytes/s with no latency."""
+    net = bandwidth if isinstance(bandwidth, Network) else Network(float(bandwidth))
+    if not net.gpu_bw > 0 or (net.node_bw is not None and not net.node_bw > 0):
+        raise ValueError(f"bandwidth: every tier needs a positive bytes/s; got {net}.")
+    if net.gpus_per_node < 1 or any(t < 0 for t in net.latency) or len(net.latency) != 3:
+        raise ValueError(
+            f"bandwidth: gpus_per_node must be >= 1 and latency three seconds >= 0; got {net}."
+        )
+    return net
+
+
+def node_split(n_devices: int, network: float | Network) -> tuple[int, int]:
+    """``(G, M)``: devices per node a ring of ``n_devices`` uses, and nodes it spans.
+
+    One tier (``node_bw`` None): ``(N, 1)``. Two tiers: ``(N, 1)`` within a node, else
+    ``(G, N / G)``; ``N`` must then be a multiple of ``G`` (whole nodes).
+    """
+    net = as_network(network)
+    if n_devices < 1 or int(n_devices) != n_devices:
+        raise ValueError(f"n_devices must be a whole number >= 1; got {n_devices!r}.")
+    n_devices = int(n_devices)
+    g = net.gpus_per_node
+    if net.node_bw is None or n_devices <= g:
+        return n_devices, 1
+    if n_devices % g:
+        raise ValueError(
+            f"n_devices={n_devices} spans nodes of {g} GPUs but is not a multiple of {g}; "
+            "give whole nodes."
+        )
+    return g, n_devices // g
+
+
+_KINDS = {"all-gather": 1, "reduce-scatter": 1, "all-reduce": 2}
+
+
+def _ring_parts(kind: str, nbytes: Any, n_devices: int, network: float | Network) -> tuple:
+    """``(seconds on NVLink, seconds on the NICs, latency seconds)`` of one ring collective."""
+    if kind not in _KINDS:
+        raise ValueError(f"kind={kind!r} is not one of {sorted(_KINDS)}.")
+    net = as_network(network)
+    g, m = node_split(n_devices, net)
+    nbytes = np.asarray(nbytes, dtype=float)
+    if np.any(nbytes < 0):
+        raise ValueError(f"nbytes must be >= 0; got {nbytes}.")
+    if g * m == 1:
+        return 0.0, 0.0, 0.0
+    f = _KINDS[kind]
+    intra = f * nbytes * (g - 1) / g / net.gpu_bw
+    inter = f * nbytes * (m - 1) / m / net.node_bw if m > 1 else 0.0
+    base, hop_in, hop_out = net.latency
+    steps, inter_steps = f * (g * m - 1), f * (m - 1)
+    return intra, inter, base + (steps - inter_steps) * hop_in + inter_steps * hop_out
+
+
+def ring_time(kind: str, nbytes: Any, n_devices: int, network: float | Network) -> Any:
+    """Seconds for one ring collective of an array of ``nbytes`` over ``n_devices``.
+
+    Bandwidth: ``f x nbytes x (G-1)/G`` over ``gpu_bw`` inside the node and
+    ``f x nbytes x (M-1)/M`` over ``node_bw`` out of it, whichever takes longer (``f`` = 1
+    for an all-gather or reduce-scatter, 2 for an all-reduce). Latency: NCCL's
+    ``base + intra steps x intra hop + inter steps x inter hop``. One device: 0.
+    """
+    intra, inter, latency = _ring_parts(kind, nbytes, n_devices, network)
+    out = np.maximum(intra, inter) + latency
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def optimizer_bytes(
+    strategy: str,
+    n_params: int,
+    n_devices: int,
+    network: float | Network | None = None,
+    bytes_per_param: float = ADAM_BYTES_PER_PARAM,
+) -> float:
+    """Bytes of HBM traffic per device for the optimizer step (Adam, f32: 28 per parameter).
+
+    DP updates every parameter on every device; FSDP its ``1/N``; HSDP its ``1/G`` (the
+    shard within its node, ``G`` from ``network``).
+    """
+    _check_strategy(strategy)
+    if n_params < 0 or n_devices < 1:
+        raise ValueError(f"n_params must be >= 0 and n_devices >= 1; got {n_params}, {n_devices}.")
+    total = n_params * bytes_per_param
+    if strategy == "dp":
+        return float(total)
+    if strategy == "hsdp":
+        return float(total / node_split(n_devices, network or Network(1.0))[0])
+    return float(total / n_devices)
 
 
 def peak_flops(device_kind: str) -> tuple[str, float] | None:
@@ -135,14 +294,26 @@ def flops_per_token(cfg: SizedModel, *, remat: bool = False) -> Phases:
 
 
 _UNITS = {"dp": (0, 2), "fsdp": (1, 1), "fsdp_all": (1, 1)}
+STRATEGIES = (*_UNITS, "hsdp")
+
+
+def _check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"no cost model for strategy={strategy!r}; use one of {sorted(STRATEGIES)}. "
+            "(tp, hybrid and fsdp_tp move activations, whose size depends on the batch.)"
+        )
 
 
 def comm_units(strategy: str, *, remat: bool = False, reduce_scatter: bool = True) -> Phases:
-    """Ring units each device sends per step, per phase (see the module's table)."""
+    """Ring units each device sends per step, per phase, on one ring over all devices (see
+    the module's table). HSDP's collectives run on two rings of different sizes: its time
+    is ``comm_time``'s."""
     if strategy not in _UNITS:
+        _check_strategy(strategy)
         raise ValueError(
-            f"comm_units: no cost model for strategy={strategy!r}; use one of {sorted(_UNITS)}. "
-            "(tp, hybrid and fsdp_tp move activations, whose size depends on the batch.)"
+            f"comm_units: strategy={strategy!r} runs rings of two sizes (inside and across "
+            "nodes); use comm_time, which knows them."
         )
     forward, backward = _UNITS[strategy]
     if strategy != "dp":
@@ -173,17 +344,60 @@ def comm_time(
     strategy: str,
     n_params: int,
     n_devices: int,
-    bandwidth: float,
+    bandwidth: float | Network,
     bytes_per_param: float = 4,
     *,
     remat: bool = False,
     reduce_scatter: bool = True,
+    n_ops: int = 1,
 ) -> Phases:
-    """Seconds of communication per step, per phase, at ``bandwidth`` (bytes/s, one way)."""
-    sent = comm_bytes(
-        strategy, n_params, n_devices, bytes_per_param, remat=remat, reduce_scatter=reduce_scatter
-    )
-    return Phases(sent.forward / bandwidth, sent.backward / bandwidth)
+    """Seconds of communication per step, per phase.
+
+    ``bandwidth`` is one tier's bytes/s one way (the flat ring of ``comm_bytes``, no
+    latency), or a ``Network`` with two tiers and latencies (``ring_time`` per collective).
+    ``n_ops`` splits each collective into that many (say one per layer): the bytes stay,
+    the latency is paid ``n_ops`` times. Within a phase, collectives on one tier queue and
+    those on different tiers overlap (HSDP's reduce-scatter inside the node beside its
+    all-reduce across nodes, layer by layer); every collective pays its latency.
+    """
+    _check_strategy(strategy)
+    if n_params < 0 or not bytes_per_param > 0 or n_ops < 1:
+        raise ValueError(
+            f"comm_time: n_params={n_params} must be >= 0, bytes_per_param="
+            f"{bytes_per_param} > 0 and n_ops={n_ops} >= 1."
+        )
+    net = as_network(bandwidth)
+    g, m = node_split(n_devices, net)
+    size = n_params * bytes_per_param
+    grads = "reduce-scatter" if reduce_scatter else "all-reduce"
+    inside = net._replace(node_bw=None)  # a node's own ring: NVLink only
+    # every GPU all-reduces its 1/G shard with its peers in the other nodes: G rings side
+    # by side share the node's NICs, 2 (M-1)/M of the array out of the node
+    across = Network(np.inf, net.node_bw, 1, (net.latency[0], 0.0, net.latency[2]))
+    if strategy == "dp":
+        rings: tuple[list, list] = ([], [("all-reduce", n_devices, net)])
+    elif strategy != "hsdp":
+        rings = ([("all-gather", n_devices, net)], [(grads, n_devices, net)])
+        if remat:
+            rings[1].append(("all-gather", n_devices, net))
+    else:
+        rings = ([("all-gather", g, inside)], [(grads, g, inside)])
+        if remat:
+            rings[1].append(("all-gather", g, inside))
+        if m > 1:
+            rings[1].append(("all-reduce", m, across))
+
+    def phase(collectives: list) -> Any:
+        """Collectives of one phase queue on a tier and overlap across tiers: the slower
+        tier's total, plus every collective's latency (``n_ops`` times)."""
+        intra = inter = latency = 0.0
+        for kind, devices, over in collectives:
+            a, b, lat = _ring_parts(kind, size, devices, over)
+            intra, inter, latency = intra + a, inter + b, latency + n_ops * lat
+        out = np.maximum(intra, inter) + latency
+        return float(out) if np.ndim(out) == 0 else out
+
+    return Phases(phase(rings[0]), phase(rings[1]))
 
 
 # ---------------------------------------------------------------------------
@@ -192,22 +406,27 @@ def comm_time(
 
 
 class StepCost(NamedTuple):
-    """A predicted step on one device: compute and communication seconds, per phase."""
+    """A predicted step on one device: compute and communication seconds, per phase, and
+    the optimizer step's memory traffic (after the backward pass, hidden behind nothing)."""
 
     compute: Phases
     comm: Phases
+    optimizer: Any = 0.0
 
     @property
     def step_s(self) -> Any:
-        """Communication hidden behind compute within each phase: sum of per-phase maxima."""
-        return np.maximum(self.compute.forward, self.comm.forward) + np.maximum(
-            self.compute.backward, self.comm.backward
+        """Communication hidden behind compute within each phase: sum of per-phase maxima,
+        plus the optimizer step."""
+        return (
+            np.maximum(self.compute.forward, self.comm.forward)
+            + np.maximum(self.compute.backward, self.comm.backward)
+            + self.optimizer
         )
 
     @property
     def serial_s(self) -> Any:
-        """No overlap at all: compute plus communication."""
-        return self.compute.total + self.comm.total
+        """No overlap at all: compute plus communication plus the optimizer step."""
+        return self.compute.total + self.comm.total + self.optimizer
 
     @property
     def compute_bound(self) -> Any:
@@ -222,11 +441,13 @@ def step_cost(
     strategy: str,
     n_devices: int,
     flops_per_s: float,
-    bandwidth: float,
+    bandwidth: float | Network,
     bytes_per_param: float = 4,
     *,
     tokens: Any = None,
     remat: bool = False,
+    hbm_bandwidth: float | None = None,
+    n_ops: int = 1,
 ) -> StepCost:
     """Predicted step of ``strategy`` with ``tokens`` per device (default ``cfg``'s batch x seq;
     more tokens are more sequences of ``cfg.seq`` tokens).
@@ -234,16 +455,32 @@ def step_cost(
     Weak scaling: each device keeps its own batch, so compute per device does not change
     with ``n_devices``; communication does not depend on the batch. ``flops_per_s`` is what
     one device sustains (a peak, or a measured rate). ``tokens`` may be a numpy array.
+    ``bandwidth``: one tier's bytes/s, or a ``Network`` (see ``comm_time``). With
+    ``hbm_bandwidth`` (bytes/s) the optimizer step's traffic (``optimizer_bytes``) is added.
     """
+    if not flops_per_s > 0:
+        raise ValueError(f"flops_per_s must be > 0; got {flops_per_s}.")
     tokens = cfg.batch * cfg.seq if tokens is None else np.asarray(tokens, dtype=float)
     per_token = flops_per_token(cfg, remat=remat)
     compute = Phases(
         tokens * per_token.forward / flops_per_s, tokens * per_token.backward / flops_per_s
     )
     comm = comm_time(
-        strategy, cfg.param_count(), n_devices, bandwidth, bytes_per_param, remat=remat
+        strategy,
+        cfg.param_count(),
+        n_devices,
+        bandwidth,
+        bytes_per_param,
+        remat=remat,
+        n_ops=n_ops,
     )
-    return StepCost(compute, comm)
+    optimizer = 0.0
+    if hbm_bandwidth is not None:
+        if not hbm_bandwidth > 0:
+            raise ValueError(f"hbm_bandwidth must be > 0 bytes/s; got {hbm_bandwidth}.")
+        sent = optimizer_bytes(strategy, cfg.param_count(), n_devices, bandwidth)
+        optimizer = sent / hbm_bandwidth
+    return StepCost(compute, comm, optimizer)
 
 
 def knee_tokens(
@@ -251,22 +488,34 @@ def knee_tokens(
     strategy: str,
     n_devices: int,
     flops_per_s: float,
-    bandwidth: float,
+    bandwidth: float | Network,
     bytes_per_param: float = 4,
     *,
     remat: bool = False,
+    n_ops: int = 1,
 ) -> float:
     """Tokens per device below which some phase of the step waits for the interconnect.
 
     Each phase is compute-bound while its compute time, linear in the tokens, covers its
-    communication time; the knee is the larger of the two phases' break-even points.
+    communication time (latency included); the knee is the larger of the two phases'
+    break-even points.
     """
     per_token = step_cost(
-        cfg, strategy, n_devices, flops_per_s, bandwidth, bytes_per_param, tokens=1.0, remat=remat
+        cfg,
+        strategy,
+        n_devices,
+        flops_per_s,
+        bandwidth,
+        bytes_per_param,
+        tokens=1.0,
+        remat=remat,
+        n_ops=n_ops,
     )
-    return max(
-        per_token.comm.forward / per_token.compute.forward,
-        per_token.comm.backward / per_token.compute.backward,
+    return float(
+        max(
+            per_token.comm.forward / per_token.compute.forward,
+            per_token.comm.backward / per_token.compute.backward,
+        )
     )
 
 

@@ -1,20 +1,23 @@
-"""The profile's two figures: what a run measured, and what the cost model projects.
+"""The profile's figures: what a run measured, what its trace shows, what the cost model projects.
 
 ``plot_results`` draws ``helpers.profile.compare_strategies``'s results (every timed step,
-and memory per device); ``plot_projection`` draws ``helpers.cost_model``'s projected step
-time against tokens per device. Each takes an ``ax``/``axes`` to draw on and returns what
+and memory per device); ``plot_trace_timeline`` draws a ``helpers.trace`` reading (each
+device's ops in one traced step); ``plot_projection`` draws ``helpers.cost_model``'s
+projected step time against tokens per device, and ``plot_knee_by_devices`` its knee
+against the number of GPUs, across the node boundary. Each takes an ``ax``/``axes`` to draw on and returns what
 it drew; matplotlib is imported inside them, so importing this module does not need it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from helpers import cost_model as cm
 from helpers.profile import StrategyResult, spread
+from helpers.trace import Span, exposed_spans
 
 
 def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
@@ -209,4 +212,142 @@ def plot_projection(
     ax.title.set_fontsize(10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
+    return ax
+
+
+def plot_trace_timeline(
+    traces: Mapping[str, Sequence[Span]],
+    step: int | None = None,
+    where: str = "",
+    axes: Any = None,
+) -> Any:
+    """One panel per strategy: a row per device, each HLO op of one traced step as a bar.
+
+    Compute ops are bars in the device's colour; collectives are dark, hatched bars, named
+    where they are wide enough; a red strip under a row marks exposed communication (a
+    collective with no compute beside it). ``traces`` maps a strategy to ``read_trace``'s
+    spans; ``step`` is the traced step to draw (default: the last). ``where`` goes in each
+    panel's title (say ``"CPU measurement"``). Returns the Figure.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from helpers.draw import device_color
+
+    if not traces or any(not spans for spans in traces.values()):
+        raise ValueError("plot_trace_timeline: traces must map each strategy to >= 1 span.")
+    n_dev = max(len({s.device for s in spans}) for spans in traces.values())
+    if axes is None:
+        fig, axes = plt.subplots(
+            len(traces), 1, figsize=(9, 1.2 + (0.9 + 0.28 * n_dev) * len(traces)),
+            layout="constrained", squeeze=False,
+        )  # fmt: skip
+        axes = axes[:, 0]
+    fig = axes[0].figure
+    for ax, (name, spans) in zip(axes, traces.items(), strict=True):
+        last = max(s.step for s in spans) if step is None else step
+        mine = [s for s in spans if s.step == last]
+        t0 = min(s.start_us for s in mine)
+        width = max(s.end_us for s in mine) - t0
+        devices = sorted({s.device for s in mine})
+        for s in mine:
+            y = devices.index(s.device)
+            x, w = (s.start_us - t0) / 1e3, s.dur_us / 1e3
+            if s.kind == "compute":
+                ax.barh(y, w, left=x, height=0.62, color=device_color(s.device), lw=0)
+            else:
+                ax.barh(y, w, left=x, height=0.62, color="0.45", hatch="///", ec="white", lw=0)
+                if y == 0 and s.dur_us > 0.09 * width:
+                    ax.text(x + w / 2, y, s.name, ha="center", va="center", fontsize=8,
+                            color="white", bbox={"fc": "0.45", "ec": "none", "pad": 0.5})  # fmt: skip
+        for device, a, b in exposed_spans(mine):
+            y = devices.index(device)
+            ax.barh(y + 0.4, (b - a) / 1e3, left=(a - t0) / 1e3, height=0.14, color="black")
+        ax.set_yticks(range(len(devices)), [f"device {d}" for d in devices], fontsize=8)
+        ax.set_ylim(len(devices) - 0.4, -0.6)
+        ax.set_xlim(0, width / 1e3 * 1.01)
+        ax.set_xlabel("ms since the step's first op", fontsize=8)
+        ax.set_title(f"{name}: one traced step{f' ({where})' if where else ''}", fontsize=10)
+    handles = [
+        Patch(color=device_color(0), label="compute (each device's colour)"),
+        Patch(fc="0.45", hatch="///", ec="white", label="collective (named if wide enough)"),
+        Patch(color="black", label="exposed: a collective with no compute beside it"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
+    return fig
+
+
+def plot_knee_by_devices(
+    cfg: cm.SizedModel,
+    flops_per_s: float,
+    networks: Mapping[str, cm.Network],
+    cases: Sequence[tuple[str, bool]] = (*CASES, ("hsdp", False)),
+    bytes_per_param: float = 4,
+    devices: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+    ax: Any = None,
+) -> Any:
+    """The knee (``cost_model.knee_tokens``) against the number of GPUs, across nodes.
+
+    One line per ``(strategy, remat)`` case and network (solid for the first network,
+    dashed for the next); cases whose knees agree within 1% share one. A band marks the
+    node boundary of the first network: right of it, the ring leaves the node. Device
+    counts past one node that are not whole nodes are skipped. Returns the Axes.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    if not networks:
+        raise ValueError("plot_knee_by_devices: networks must name at least one Network.")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.2), layout="constrained")
+    colours = ["#4c72b0", "#dd8452", "#c44e52", "#55a868", "#8172b3"]
+    for i, (net_name, net) in enumerate(networks.items()):
+        ns = [
+            n for n in devices if n > 1 and (n <= net.gpus_per_node or n % net.gpus_per_node == 0)
+        ]
+        curves: list[tuple[list[str], np.ndarray]] = []
+        for case in cases:
+            y = np.array(
+                [
+                    cm.knee_tokens(
+                        cfg, case[0], n, flops_per_s, net, bytes_per_param, remat=case[1]
+                    )
+                    for n in ns
+                ]
+            )
+            same = next((c for c in curves if np.allclose(c[1], y, rtol=0.01)), None)
+            if same:
+                same[0].append(_label(case))
+            else:
+                curves.append(([_label(case)], y))
+        for j, (labels, y) in enumerate(curves):
+            ax.plot(
+                ns, y, "-o" if i == 0 else "--s", ms=3, color=colours[j % len(colours)],
+                label=f"{' = '.join(labels)}, {net_name}",
+            )  # fmt: skip
+    g = next(iter(networks.values())).gpus_per_node
+    ax.axvspan(g, 2 * g, color="0.85", zorder=0)
+    ax.annotate(
+        f"node boundary: past {g} GPUs\nthe ring leaves the node",
+        (g * np.sqrt(2), 0.03),
+        xycoords=("data", "axes fraction"),
+        ha="center",
+        va="bottom",
+        fontsize=8,
+    )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="GPUs (N)",
+        ylabel="knee: tokens per GPU per step",
+        title=f"{cfg.param_count() / 1e6:,.0f} M parameters, {flops_per_s / 1e12:,.0f} TFLOP/s "
+        f"per GPU, {bytes_per_param:g} B/param on the wire",
+    )
+    ax.set_xticks([n for n in devices if n > 1], [str(n) for n in devices if n > 1])
+    ax.minorticks_off()
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
+    ax.title.set_fontsize(10)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, which="major", alpha=0.2)
     return ax

@@ -274,6 +274,7 @@ class StrategyResult:
     device_peak_raised: bool | None = None
     mfu: float | None = None
     losses: list[float] = field(default_factory=list)
+    trace_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -375,6 +376,9 @@ def compare_strategies(
     dry_run: bool = False,
     allow_cpu: bool = False,
     seed: int = 0,
+    trace_dir: str | os.PathLike[str] | None = None,
+    trace_steps: int = 2,
+    compiler_options: dict[str, Any] | None = None,
 ) -> list[StrategyResult]:
     """Train the same model under each strategy on the same devices and measure each, side by side.
 
@@ -398,9 +402,17 @@ def compare_strategies(
       dry_run: compile and analyse only; allocate nothing and run no step.
       allow_cpu: run a GPU preset on CPU devices anyway (it is refused otherwise).
       seed: the same key initialises every strategy, so their losses can be compared.
+      trace_dir: after the timed steps, run ``trace_steps`` more under ``jax.profiler``
+        (``compat.profiler_trace``) and write the trace to ``trace_dir/<strategy>``
+        (``StrategyResult.trace_dir``; read it with ``helpers.trace``). The timed steps are
+        never traced.
+      compiler_options: XLA options for every compile, instead of the default
+        (``gpu_compiler_options()`` on a GPU, none elsewhere); ``{}`` compiles with XLA's
+        defaults.
 
     Raises:
-      ValueError: an unknown or repeated strategy, an unknown model (or one that ``preset``
+      ValueError: ``trace_dir`` with ``dry_run``, ``trace_steps`` < 1, an unknown or
+        repeated strategy, an unknown model (or one that ``preset``
         contradicts), a mesh that does not use every device, a strategy the mesh leaves
         degenerate (see ``degenerate``), or a GPU preset about to run on CPU devices.
 
@@ -410,13 +422,23 @@ def compare_strategies(
     (``device_peak_raised`` says whether it did). Results come back in the order asked.
     """
     log = _log_to(progress)
+    if trace_dir is not None and dry_run:
+        raise ValueError(
+            "compare_strategies: trace_dir needs steps that run, but dry_run=True only "
+            "compiles; drop one of them."
+        )
+    if trace_steps < 1:
+        raise ValueError(f"compare_strategies: trace_steps={trace_steps} must be >= 1.")
     devices = list(jax.devices() if devices is None else devices)
     shape = (len(devices), 1) if mesh_shape is None else tuple(mesh_shape)
     wl = workload_for(preset, strategies, devices, shape, batch_per_device, remat, model)
     _refuse(strategies, wl, devices, shape, steps, warmup, dry_run, allow_cpu)
     kind, platform = devices[0].device_kind, devices[0].platform
     peak = peak_flops(kind)
-    options = gpu_compiler_options() if platform == "gpu" else {}
+    if compiler_options is not None:
+        options = dict(compiler_options)
+    else:
+        options = gpu_compiler_options() if platform == "gpu" else {}
     mesh = make_mesh(shape, AXES, devices=devices)
     optimizer = optax.adam(1e-3)
     log(
@@ -466,7 +488,9 @@ def compare_strategies(
     if not dry_run:
         batch = wl.batch(jax.random.key(seed + 1), mesh)  # one batch, shared by every strategy
         for c in sorted(compiled.values(), key=lambda c: c.result.step_memory["total"]):
-            _run(c, wl, mesh, optimizer, batch, steps, warmup, seed, devices, log)
+            where = None if trace_dir is None else os.path.join(trace_dir, c.result.strategy)
+            _run(c, wl, mesh, optimizer, batch, steps, warmup, seed, devices, log, where,
+                 trace_steps)  # fmt: skip
     return [compiled[s].result for s in strategies]
 
 
@@ -481,6 +505,8 @@ def _run(
     seed: int,
     devices: Sequence[Any],
     log: Callable[[str], None],
+    trace_dir: str | None = None,
+    trace_steps: int = 2,
 ) -> None:
     res, run = c.result, c.step
     peak_before = allocator_peak(devices)
@@ -512,6 +538,14 @@ def _run(
     res.device_peak_bytes = allocator_peak(devices)
     if res.device_peak_bytes is not None:
         res.device_peak_raised = peak_before is None or res.device_peak_bytes > peak_before
+    if trace_dir is not None:
+        log(f"{res.strategy}: {trace_steps} more steps under jax.profiler -> {trace_dir}")
+        with compat.profiler_trace(trace_dir):
+            for i in range(trace_steps):
+                with jax.profiler.StepTraceAnnotation("train_step", step_num=i):
+                    params, opt_state, loss = run(params, opt_state, *batch)
+                    jax.block_until_ready((params, opt_state, loss))
+        res.trace_dir = trace_dir
     del params, opt_state, loss, losses
     mfu_text = "n/a" if res.mfu is None else f"{res.mfu:.1%}"
     log(f"{res.strategy}: median step {_fmt_time(res.step_median_s)}, MFU {mfu_text}")

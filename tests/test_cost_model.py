@@ -174,3 +174,82 @@ def test_below_the_knee_fsdp_spreads_its_bytes_over_both_phases():
     unit = GPU.param_count() * 2 * 7 / 8 / cm.NVLINK4
     zero = cm.step_cost(GPU, "fsdp", 8, H100, cm.NVLINK4, 2, tokens=0.0, remat=True)
     assert zero.step_s == pytest.approx(3 * unit)
+
+
+# --- two tiers, HSDP, latency, the optimizer step -------------------------------------
+
+
+def test_the_cross_node_knee_is_the_scaling_books():
+    """gpus.md, "Data Parallelism": within a node C/W = 990e12/450e9 = 2200 tokens; across
+    nodes 990e12/400e9 = 2475 (node egress, 8 x 400 Gb/s). bf16 on the wire, no latency."""
+    net = cm.DGX_H100._replace(latency=(0.0, 0.0, 0.0))
+    assert cm.DGX_H100_NODE == 400e9
+    model = GPU
+    ratio = model.param_count() / (model.train_flops_per_step() / (6 * model.batch * model.seq))
+    inside = cm.knee_tokens(model, "dp", 8, 990e12, net, 2) / ratio
+    assert inside == pytest.approx(2200 * 7 / 8, rel=1e-3)
+    many = cm.knee_tokens(model, "dp", 8 * 4096, 990e12, net, 2) / ratio
+    assert many == pytest.approx(2475, rel=1e-3)
+    # Two nodes: the node level binds (the book's 2-way all-gather answer), not (X-1)/X
+    # of the cross-node tier alone.
+    two = cm.knee_tokens(model, "dp", 16, 990e12, net, 2) / ratio
+    assert two == pytest.approx(inside)
+    # f32 on the wire doubles every knee.
+    assert cm.knee_tokens(model, "dp", 64, 990e12, net, 4) == pytest.approx(
+        2 * cm.knee_tokens(model, "dp", 64, 990e12, net, 2)
+    )
+
+
+def test_a_slow_nic_moves_the_knee_when_the_ring_leaves_the_node():
+    one_nic = cm.Network(cm.NVLINK4, cm.IB_NDR_400, 8)  # one 400 Gb/s NIC per node
+    k = [cm.knee_tokens(GPU, "fsdp", n, H100, one_nic, 2) for n in (8, 16, 64)]
+    assert k[1] > 4 * k[0] and k[2] > k[1]
+    # HSDP keeps its forward gather inside the node: only the backward binds across nodes.
+    h = cm.step_cost(GPU, "hsdp", 64, H100, one_nic, 2, tokens=1.0)
+    f = cm.step_cost(GPU, "fsdp", 64, H100, one_nic, 2, tokens=1.0)
+    assert h.comm.forward < f.comm.forward / 4
+
+
+def test_ring_time_by_hand():
+    net = cm.Network(400e9, 100e9, 4, (1e-5, 1e-6, 1e-5))
+    # 8 devices = 2 nodes of 4: NVLink (3/4 x 1 GB / 400 GB/s) against NICs (1/2 x 1 GB / 100 GB/s)
+    t = cm.ring_time("all-gather", 1e9, 8, net)
+    assert t == pytest.approx(max(0.75e9 / 400e9, 0.5e9 / 100e9) + 1e-5 + 6 * 1e-6 + 1 * 1e-5)
+    t = cm.ring_time("all-reduce", 1e9, 8, net)
+    assert t == pytest.approx(2 * 0.5e9 / 100e9 + 1e-5 + 12 * 1e-6 + 2 * 1e-5)
+    assert cm.ring_time("all-gather", 1e9, 1, net) == 0
+    with pytest.raises(ValueError, match="n_devices=6 spans nodes of 4"):
+        cm.ring_time("all-gather", 1e9, 6, net)
+    with pytest.raises(ValueError, match="kind='psum'"):
+        cm.ring_time("psum", 1e9, 4, net)
+    with pytest.raises(ValueError, match="bandwidth"):
+        cm.ring_time("all-gather", 1e9, 4, cm.Network(0.0))
+
+
+def test_latency_makes_small_messages_cost_and_n_ops_pays_it_per_collective():
+    tiny = dataclasses.replace(GPU, d_model=8, d_ff=8, n_classes=8)
+    t1 = cm.comm_time("fsdp", tiny.param_count(), 8, cm.DGX_H100, 2)
+    assert t1.forward > cm.NCCL_RING_LATENCY[0]
+    t4 = cm.comm_time("fsdp", tiny.param_count(), 8, cm.DGX_H100, 2, n_ops=4)
+    assert t4.forward == pytest.approx(4 * t1.forward, rel=1e-3)
+    # A float bandwidth keeps the old single-tier, latency-free model.
+    assert cm.comm_time("fsdp", 10**6, 8, cm.NVLINK4, 2).forward == pytest.approx(
+        10**6 * 2 * 7 / 8 / cm.NVLINK4
+    )
+
+
+def test_the_optimizer_step_is_dp_traffic_divided_by_the_shard():
+    p = GPU.param_count()
+    assert cm.optimizer_bytes("dp", p, 8) == 28 * p
+    assert cm.optimizer_bytes("fsdp", p, 8) == pytest.approx(28 * p / 8)
+    assert cm.optimizer_bytes("hsdp", p, 32, cm.DGX_H100) == pytest.approx(28 * p / 8)
+    hbm = cm.HBM_BANDWIDTH["H100 SXM"]
+    dp = cm.step_cost(GPU, "dp", 8, H100, cm.NVLINK4, 2, hbm_bandwidth=hbm)
+    fsdp = cm.step_cost(GPU, "fsdp", 8, H100, cm.NVLINK4, 2, hbm_bandwidth=hbm)
+    assert dp.optimizer == pytest.approx(28 * p / hbm)
+    assert fsdp.optimizer == pytest.approx(dp.optimizer / 8)
+    assert dp.step_s - cm.step_cost(GPU, "dp", 8, H100, cm.NVLINK4, 2).step_s == pytest.approx(
+        dp.optimizer
+    )
+    with pytest.raises(ValueError, match="hbm_bandwidth"):
+        cm.step_cost(GPU, "dp", 8, H100, cm.NVLINK4, 2, hbm_bandwidth=0)

@@ -11,7 +11,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from helpers import cost_model as cm  # noqa: E402
 from helpers import profile  # noqa: E402
-from helpers.draw_profile import plot_projection, plot_results  # noqa: E402
+from helpers.draw_profile import (  # noqa: E402
+    plot_knee_by_devices,
+    plot_projection,
+    plot_results,
+    plot_trace_timeline,
+)
+
+TINY = profile.PRESETS["tiny"]
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +111,48 @@ def test_plot_projection_labels_cross_no_other_mark_and_stay_inside(bandwidth):
         assert not crossed, f"{text.get_text()!r} runs across a mark's line"
         assert inside.x0 <= box.x0 and box.x1 <= inside.x1, f"{text.get_text()!r} is clipped"
     plt.close(fig)
+
+
+def _spans():
+    from helpers.trace import Span
+
+    out = []
+    for d in range(3):
+        out += [
+            Span(d, "fusion.1", "compute", 0.0, 100.0, "jit_step", 0, "t"),
+            Span(d, "all-gather.1", "collective", 100.0, 400.0, "jit_step", 0, "t"),
+            Span(d, "fusion.2", "compute", 300.0, 50.0, "jit_step", 0, "t"),
+        ]
+    return out
+
+
+def test_plot_trace_timeline_draws_a_row_per_device_and_marks_the_exposed_part():
+    from helpers.draw import device_color
+
+    fig = plot_trace_timeline({"fsdp": _spans()}, where="CPU measurement")
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["device 0", "device 1", "device 2"]
+    assert "CPU measurement" in ax.get_title()
+    widths = sorted({round(p.get_width(), 3) for p in ax.patches})
+    # compute 0.1 and 0.05 ms, the collective 0.4 ms, exposed 0.2 + 0.15 ms (around fusion.2)
+    assert widths == [0.05, 0.1, 0.15, 0.2, 0.4]
+    faces = {matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches}
+    assert {device_color(d) for d in range(3)} <= faces
+    assert [t.get_text() for t in ax.texts] == ["all-gather.1"]  # named on the top row only
+    plt.close(fig)
+    with pytest.raises(ValueError, match="traces must map"):
+        plot_trace_timeline({})
+
+
+def test_plot_knee_by_devices_marks_the_node_boundary_and_joins_equal_knees():
+    net = cm.Network(cm.NVLINK4, cm.IB_NDR_400, 8)
+    ax = plot_knee_by_devices(TINY, 1e15, {"one NIC": net}, cases=(("dp", False), ("dp", False)))
+    (line,) = ax.get_lines()
+    assert line.get_label() == "dp = dp, one NIC"
+    xs, ys = line.get_data()
+    assert list(xs) == [2, 4, 8, 16, 32, 64, 128, 256, 512]
+    assert ys[3] > 4 * ys[2]  # the ring leaves the node between 8 and 16 GPUs
+    assert any("node boundary" in t.get_text() for t in ax.texts)
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="networks must name"):
+        plot_knee_by_devices(TINY, 1e15, {})

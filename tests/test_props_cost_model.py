@@ -9,13 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers.cost_model import (
+    NCCL_RING_LATENCY,
+    Network,
     comm_bytes,
     comm_time,
     comm_units,
     compute_bound_tokens,
     flops_per_token,
     knee_tokens,
+    optimizer_bytes,
     peak_flops,
+    ring_time,
     step_cost,
 )
 
@@ -108,7 +112,86 @@ def test_peak_flops_knows_only_listed_devices(prefix, suffix):
         assert found[1] > 0 and isinstance(found[0], str)
 
 
-@given(st.text(max_size=8).filter(lambda s: s not in ("dp", "fsdp", "fsdp_all")))
+@given(st.text(max_size=8).filter(lambda s: s not in ("dp", "fsdp", "fsdp_all", "hsdp")))
 def test_strategies_without_a_cost_model_are_refused_by_name(strategy):
     with pytest.raises(ValueError, match="no cost model for strategy"):
         comm_units(strategy)
+
+
+# --- two tiers, HSDP, latency, the optimizer step -------------------------------------
+
+kinds = st.sampled_from(["all-gather", "reduce-scatter", "all-reduce"])
+nodes = st.integers(1, 64)
+per_node = st.sampled_from([1, 2, 4, 8])
+sizes = st.floats(0, 1e12)
+
+
+@st.composite
+def networks(draw):
+    return Network(draw(links), draw(links), draw(per_node), NCCL_RING_LATENCY)
+
+
+@given(kinds, sizes, nodes, networks())
+def test_two_tiers_are_never_faster_than_either_tier_alone(kind, nbytes, m, net):
+    n = m * net.gpus_per_node
+    both = ring_time(kind, nbytes, n, net)
+    # the node's own ring (NVLink only, same latency) ...
+    inside = ring_time(kind, nbytes, net.gpus_per_node, net._replace(node_bw=None))
+    # ... and the cross-node ring alone (one GPU per node, NICs only)
+    across = ring_time(kind, nbytes, m, Network(float("inf"), net.node_bw, 1, (0, 0, 0)))
+    assert both >= inside * (1 - 1e-9) and both >= across * (1 - 1e-9)
+    # without latency, it is exactly the slower of the two
+    bare = net._replace(latency=(0.0, 0.0, 0.0))
+    inside0 = ring_time(kind, nbytes, net.gpus_per_node, bare._replace(node_bw=None))
+    assert ring_time(kind, nbytes, n, bare) == pytest.approx(max(inside0, across), abs=1e-30)
+
+
+@given(kinds, st.integers(2, 64), networks())
+def test_latency_vanishes_as_the_message_grows(kind, m, net):
+    n = m * net.gpus_per_node
+    bare = net._replace(latency=(0.0, 0.0, 0.0))
+    ratios = [ring_time(kind, b, n, net) / ring_time(kind, b, n, bare) for b in (1e3, 1e9, 1e15)]
+    assert ratios[0] >= ratios[1] >= ratios[2] >= 1
+    assert ratios[2] == pytest.approx(1, rel=1e-3)
+    # and a tiny message is never free
+    assert ring_time(kind, 1.0, n, net) >= NCCL_RING_LATENCY[0]
+
+
+@given(models, nodes, networks(), wire, st.booleans())
+def test_hsdp_sends_no_more_across_nodes_than_fsdp_and_equals_it_inside_a_node(
+    cfg, m, net, b, remat
+):
+    bare = net._replace(latency=(0.0, 0.0, 0.0))
+    one_node = comm_time("hsdp", cfg.params, net.gpus_per_node, bare, b, remat=remat)
+    fsdp = comm_time("fsdp", cfg.params, net.gpus_per_node, bare, b, remat=remat)
+    assert one_node.forward == pytest.approx(fsdp.forward)
+    assert one_node.backward == pytest.approx(fsdp.backward)
+    n = m * net.gpus_per_node
+    # HSDP's forward gather stays on NVLink, so it is never slower than FSDP's
+    h = comm_time("hsdp", cfg.params, n, bare, b, remat=remat)
+    f = comm_time("fsdp", cfg.params, n, bare, b, remat=remat)
+    assert h.forward <= f.forward * (1 + 1e-9)
+
+
+@given(st.sampled_from(["dp", "fsdp", "hsdp"]), st.integers(0, 10**10), nodes, per_node)
+def test_optimizer_traffic_is_dp_over_the_shard_count(s, p, m, g):
+    net = Network(1e9, 1e9, g)
+    n = m * g
+    dp = optimizer_bytes("dp", p, n, net)
+    assert dp == 28 * p
+    shard = {"dp": 1, "fsdp": n, "hsdp": g}[s]
+    assert optimizer_bytes(s, p, n, net) == pytest.approx(dp / shard)
+
+
+@given(models, st.sampled_from(["dp", "fsdp", "hsdp"]), nodes, rates, networks(), wire)
+def test_the_knee_with_two_tiers_and_latency_is_still_where_the_step_stops_waiting(
+    cfg, s, m, c, net, b
+):
+    n = m * net.gpus_per_node
+    knee = knee_tokens(cfg, s, n, c, net, b)
+    if n == 1:
+        assert knee == 0
+        return
+    above = step_cost(cfg, s, n, c, net, b, tokens=knee * 1.001)
+    below = step_cost(cfg, s, n, c, net, b, tokens=knee * 0.999)
+    assert above.compute_bound and not below.compute_bound

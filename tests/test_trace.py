@@ -1,0 +1,171 @@
+"""Tests of helpers.trace: a real trace of DP and FSDP steps, read back; synthetic traces for
+the overlap arithmetic and the GPU layout; and every bad input the reader refuses.
+"""
+
+from helpers import use_simulated_devices
+
+use_simulated_devices(8, quiet=True)
+
+import gzip  # noqa: E402
+import json  # noqa: E402
+
+import pytest  # noqa: E402
+
+from helpers import trace as tr  # noqa: E402
+from helpers.profile import compare_strategies  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """Two traced steps each of DP and FSDP, tiny preset, 8 simulated devices."""
+    where = tmp_path_factory.mktemp("trace")
+    results = compare_strategies(
+        ("dp", "fsdp"), preset="tiny", steps=1, warmup=0, progress=False, trace_dir=where
+    )
+    return {r.strategy: tr.read_trace(r.trace_dir) for r in results}
+
+
+def test_the_profiler_writes_json_and_xplane_files(traced, tmp_path_factory):
+    (run,) = (tmp_path_factory.getbasetemp() / "trace0" / "dp" / "plugins" / "profile").iterdir()
+    names = sorted(p.name for p in run.iterdir())
+    assert any(n.endswith(".trace.json.gz") for n in names)
+    assert any(n.endswith(".xplane.pb") for n in names)
+    assert "perfetto_trace.json.gz" in names
+
+
+def test_every_device_and_both_steps_are_read(traced):
+    for spans in traced.values():
+        assert {s.device for s in spans} == set(range(8))
+        assert {s.step for s in spans} == {0, 1}
+        assert {s.module for s in spans} == {"jit_step"}
+        assert all(s.dur_us >= 0 for s in spans)
+
+
+def test_dp_all_reduces_once_at_the_end_and_fsdp_gathers_before_computing(traced):
+    for device in range(8):
+        dp = tr.step_ops(traced["dp"], device)
+        coll = [s.name for s in dp if s.kind == "collective"]
+        assert len(coll) == 1 and coll[0].startswith("all-reduce")
+        # the all-reduce comes after the forward and backward matmuls
+        first = next(i for i, s in enumerate(dp) if s.kind == "collective")
+        assert sum(s.kind == "compute" for s in dp[:first]) > 10
+        fsdp = tr.step_ops(traced["fsdp"], device)
+        gathers = [i for i, s in enumerate(fsdp) if s.name.startswith("all-gather")]
+        reduce = [i for i, s in enumerate(fsdp) if s.name.startswith("all-reduce")]
+        assert len(gathers) >= 2 and len(reduce) == 1 and max(gathers) < reduce[0]
+
+
+def test_the_summary_is_consistent(traced):
+    for spans in traced.values():
+        s = tr.summarize_trace(spans)
+        assert (s.n_devices, s.n_steps) == (8, 2)
+        assert s.compute_ms > 0 and s.collective_ms > 0
+        assert 0 <= s.exposed_ms <= s.collective_ms * (1 + 1e-9)
+        assert s.busiest_collective is not None
+        assert s.collective_ops.get("all-reduce") == 1
+    assert tr.summarize_trace(traced["fsdp"]).collective_ops.get("all-gather", 0) >= 2
+    table = tr.format_trace_table(
+        {k: tr.summarize_trace(v) for k, v in traced.items()}, "CPU measurement"
+    )
+    assert "CPU measurement" in table and "fsdp" in table and "exposed" in table
+
+
+def _write(path, events):
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    return path
+
+
+def _gpu_trace(tmp_path):
+    """Two GPUs as XProf lays them out: a process per device, HLO names in args."""
+    meta = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/device:GPU:1"}},
+        {"ph": "M", "pid": 9, "name": "process_name", "args": {"name": "/host:CPU"}},
+    ]
+
+    def op(pid, name, ts, dur, module="jit_step"):
+        args = {"hlo_op": name, "hlo_module": module}
+        return {"ph": "X", "pid": pid, "tid": 7, "name": "kernel", "ts": ts, "dur": dur,
+                "args": args}  # fmt: skip
+
+    events = meta + [
+        op(1, "fusion.1", 0, 10),
+        op(1, "all-gather-start.2", 5, 15),  # 5 of 15 us hidden behind fusion.1
+        op(2, "fusion.1", 0, 30),
+        op(2, "all-gather-start.2", 5, 15),  # hidden entirely
+        op(9, "fusion.1", 0, 1000),  # a host-side launch: ignored where devices exist
+        op(1, "fusion.9", 100, 1, module="jit_other"),
+    ]
+    return _write(tmp_path / "gpu.trace.json.gz", events)
+
+
+def test_a_gpu_trace_reads_devices_from_process_names_and_finds_what_is_exposed(tmp_path):
+    spans = tr.read_trace(_gpu_trace(tmp_path))
+    assert {(s.device, s.name, s.kind) for s in spans} == {
+        (0, "fusion.1", "compute"),
+        (0, "all-gather-start.2", "collective"),
+        (1, "fusion.1", "compute"),
+        (1, "all-gather-start.2", "collective"),
+    }
+    assert tr.exposed_spans(spans) == [(0, 10.0, 20.0)]
+    s = tr.summarize_trace(spans)
+    assert s.collective_ms == pytest.approx(15e-3)
+    assert s.exposed_ms == pytest.approx(5e-3)  # 10 us on device 0, 0 on device 1
+    assert s.compute_ms == pytest.approx(20e-3)
+    assert s.busiest_collective == ("all-gather-start.2", pytest.approx(5e-3))
+    other = tr.read_trace(tmp_path, module="jit_other")
+    assert [x.name for x in other] == ["fusion.9"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["all-gather", "all-gather.3", "all-reduce-start.1", "reduce-scatter.12",
+     "collective-permute-done", "all-to-all.2"],
+)  # fmt: skip
+def test_collectives_are_told_by_their_hlo_names(name):
+    assert tr.is_collective(name)
+
+
+@pytest.mark.parametrize("name", ["fusion.3", "ynn_fusion.31", "dot.2", "all_gather_fusion"])
+def test_compute_is_everything_else(name):
+    assert not tr.is_collective(name)
+
+
+def test_bad_input_is_refused_with_the_parameter_named(tmp_path):
+    with pytest.raises(ValueError, match="path=.* does not exist.*trace_dir"):
+        tr.read_trace(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=r"holds no \*\.trace\.json\.gz"):
+        tr.read_trace(tmp_path)
+    text = tmp_path / "notes.trace.json.gz"
+    text.write_text("not gzip")
+    with pytest.raises(ValueError, match="not a gzipped JSON trace"):
+        tr.read_trace(text)
+    with gzip.open(tmp_path / "list.json.gz", "wt") as f:
+        f.write("{broken")
+    with pytest.raises(ValueError, match="not a gzipped JSON trace"):
+        tr.read_trace(tmp_path / "list.json.gz")
+    with gzip.open(tmp_path / "other.json.gz", "wt") as f:
+        json.dump({"rows": []}, f)
+    with pytest.raises(ValueError, match="no 'traceEvents' list"):
+        tr.read_trace(tmp_path / "other.json.gz")
+    empty = _write(tmp_path / "empty.json.gz", [{"ph": "X", "ts": 0, "dur": 1, "name": "x"}])
+    with pytest.raises(ValueError, match="records no HLO op"):
+        tr.read_trace(empty)
+    with pytest.raises(ValueError, match="module='jit_nope' ran no op"):
+        tr.read_trace(_gpu_trace(tmp_path), module="jit_nope")
+    with pytest.raises(ValueError, match="spans is empty"):
+        tr.summarize_trace([])
+    with pytest.raises(ValueError, match="device=5 ran nothing"):
+        tr.step_ops(tr.read_trace(_gpu_trace(tmp_path)), device=5)
+
+
+def test_compare_strategies_refuses_a_trace_it_cannot_take_and_passes_compiler_options(tmp_path):
+    with pytest.raises(ValueError, match="trace_dir needs steps that run"):
+        compare_strategies(("dp",), preset="tiny", dry_run=True, trace_dir=tmp_path)
+    with pytest.raises(ValueError, match="trace_steps=0 must be >= 1"):
+        compare_strategies(("dp",), preset="tiny", trace_dir=tmp_path, trace_steps=0)
+    (r,) = compare_strategies(
+        ("dp",), preset="tiny", dry_run=True, progress=False, compiler_options={}
+    )
+    assert r.compiler_options == {} and r.trace_dir is None
