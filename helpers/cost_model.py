@@ -22,10 +22,8 @@ strategy                  forward           backward
 ``fsdp``                  1 (all-gather)    1 (reduce-scatter of the gradients)
 ``fsdp``, ``remat``       1                 2 (the weights are gathered again, then
                                             reduce-scatter)
-========================  ================  ============================================
-
-``hsdp``                   1 inside the node  1 inside the node, then an all-reduce
-                          (all-gather)      (2) of each GPU's 1/G shard across nodes
+``hsdp``                  1 inside the      1 inside the node, then an all-reduce
+                          node (all-gather) (2) of each GPU's 1/G shard across nodes
 ========================  ================  ============================================
 
 With ``reduce_scatter=False`` FSDP's gradients cost an all-reduce (2) instead of a
@@ -44,7 +42,7 @@ sharding: FSDP inside each node, DP across nodes) keeps its gathers on NVLink an
 only the gradient all-reduce out of the node.
 
 **Latency.** Each collective also pays a fixed start cost and one hop per ring step, as
-NCCL's own tuning model counts them (``src/graph/tuning.cc`` in NVIDIA/nccl:
+NCCL's own tuning model counts them (``src/graph/tuning.cc`` in NVIDIA/nccl v2.17:
 ``baseLat + (nsteps - nInterSteps) * intraLat + nInterSteps * interLat``, with ``N-1``
 steps for an all-gather or reduce-scatter and ``2(N-1)`` for an all-reduce). So a small
 message is never free.
@@ -115,8 +113,10 @@ ADAM_BYTES_PER_PARAM = 28
 
 # NCCL's ring latencies for its "Simple" protocol, in seconds: (per collective, per step
 # inside a node over NVLink, per step that crosses nodes). From NVIDIA/nccl
-# src/graph/tuning.cc (baseLat Ring/Simple 8.4 us; hwLat NVLink Ring/Simple 3.4 us, NET
-# Ring/Simple 9.6 us). They are one NCCL version's model; other versions tune them.
+# src/graph/tuning.cc as of v2.17.1-1 (baseLat Ring/Simple 8.4 us; hwLat NVLink
+# Ring/Simple 3.4 us, NET Ring/Simple 9.6 us). From v2.18.1-1 on, NCCL's table has 14 us
+# for NET Ring/Simple and adds the network's own latency and a per-step overhead across
+# nodes; the first two figures are unchanged. An order of magnitude, not a prediction.
 NCCL_RING_LATENCY = (8.4e-6, 3.4e-6, 9.6e-6)
 
 

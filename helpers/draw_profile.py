@@ -215,6 +215,10 @@ def plot_projection(
     return ax
 
 
+#: Hatch and outline of a collective in ``plot_trace_timeline``: darker than any device colour.
+_COMM = "0.25"
+
+
 def plot_trace_timeline(
     traces: Mapping[str, Sequence[Span]],
     step: int | None = None,
@@ -223,9 +227,10 @@ def plot_trace_timeline(
 ) -> Any:
     """One panel per strategy: a row per device, each HLO op of one traced step as a bar.
 
-    Compute ops are bars in the device's colour; collectives are dark, hatched bars, named
-    where they are wide enough; a red strip under a row marks exposed communication (a
-    collective with no compute beside it). ``traces`` maps a strategy to ``read_trace``'s
+    Compute ops are solid bars in the device's colour; collectives are white bars hatched
+    and outlined in dark grey (so that no device's colour, tab10's grey for device 7
+    among them, can pass for one), named where they are wide enough; a black strip under
+    a row marks exposed communication (a collective with no compute beside it). ``traces`` maps a strategy to ``read_trace``'s
     spans; ``step`` is the traced step to draw (default: the last). ``where`` goes in each
     panel's title (say ``"CPU measurement"``). Returns the Figure.
     """
@@ -256,10 +261,10 @@ def plot_trace_timeline(
             if s.kind == "compute":
                 ax.barh(y, w, left=x, height=0.62, color=device_color(s.device), lw=0)
             else:
-                ax.barh(y, w, left=x, height=0.62, color="0.45", hatch="///", ec="white", lw=0)
+                ax.barh(y, w, left=x, height=0.62, fc="white", hatch="///", ec=_COMM, lw=0.6)
                 if y == 0 and s.dur_us > 0.09 * width:
                     ax.text(x + w / 2, y, s.name, ha="center", va="center", fontsize=8,
-                            color="white", bbox={"fc": "0.45", "ec": "none", "pad": 0.5})  # fmt: skip
+                            color="black", bbox={"fc": "white", "ec": "none", "pad": 0.5})  # fmt: skip
         for device, a, b in exposed_spans(mine):
             y = devices.index(device)
             ax.barh(y + 0.4, (b - a) / 1e3, left=(a - t0) / 1e3, height=0.14, color="black")
@@ -270,7 +275,7 @@ def plot_trace_timeline(
         ax.set_title(f"{name}: one traced step{f' ({where})' if where else ''}", fontsize=10)
     handles = [
         Patch(color=device_color(0), label="compute (each device's colour)"),
-        Patch(fc="0.45", hatch="///", ec="white", label="collective (named if wide enough)"),
+        Patch(fc="white", hatch="///", ec=_COMM, lw=0.6, label="collective (named if wide enough)"),
         Patch(color="black", label="exposed: a collective with no compute beside it"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
@@ -299,7 +304,7 @@ def plot_knee_by_devices(
     if not networks:
         raise ValueError("plot_knee_by_devices: networks must name at least one Network.")
     if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4.2), layout="constrained")
+        _, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
     colours = ["#4c72b0", "#dd8452", "#c44e52", "#55a868", "#8172b3"]
     for i, (net_name, net) in enumerate(networks.items()):
         ns = [
@@ -348,6 +353,7 @@ def plot_knee_by_devices(
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
     ax.title.set_fontsize(10)
-    ax.legend(fontsize=8, loc="upper left")
+    # below the axes: inside, the legend would hide the steep rise past the node boundary
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
     ax.grid(True, which="major", alpha=0.2)
     return ax
