@@ -339,19 +339,28 @@ def _execute(nb: Any, path: Path, timeout: int) -> NotebookError | None:
 
 
 class _KernelMemory(threading.Thread):
-    """Samples the peak resident memory of this process's child processes (the kernel)."""
+    """Samples the peak resident memory of the processes this process starts from now on
+    (the kernel, and whatever the kernel starts).
+
+    Children that were already running when the sampler was made are not the notebook's: a
+    process an earlier test in the same pytest-xdist worker left behind (one a loaded
+    machine was slow to end) once added 1.3 GB to three notebooks that came after it.
+    """
 
     def __init__(self, interval: float = 0.1) -> None:
         super().__init__(daemon=True)
         self.interval = interval
         self.peak = 0
         self._done = threading.Event()
+        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
 
     def run(self) -> None:
         me = psutil.Process()
         while not self._done.is_set():
             total = 0
             for child in me.children(recursive=True):
+                if child.pid in self._before:
+                    continue
                 try:
                     total += child.memory_info().rss
                 except psutil.Error:

@@ -398,8 +398,8 @@ def test_close_finishes_the_async_save_and_ending_without_it_loses_it(tmp_path):
     try:
         for ending, (proc, _) in procs.items():
             _wait_for_line(proc, "DONE", timeout=240)  # the script reached its last line
-            try:
-                exited[ending] = proc.wait(timeout=15)
+            try:  # close() finishes the save: allow a loaded machine time to write it
+                exited[ending] = proc.wait(timeout=120 if ending == "close" else 15)
             except subprocess.TimeoutExpired:  # stuck in interpreter shutdown
                 exited[ending] = None
     finally:
