@@ -27,6 +27,14 @@ from helpers.collectives import (
     ring_bytes,
     tag_blocks,
 )
+from helpers.context import (
+    attention_block,
+    causal_block_work,
+    chunk_positions,
+    contiguous_chunks,
+    online_softmax_combine,
+    zigzag_chunks,
+)
 from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
 from helpers.draw import (
     device_color,
@@ -36,6 +44,7 @@ from helpers.draw import (
     draw_strategy_guide,
 )
 from helpers.draw_comm import draw_collective, draw_pipeline_schedule
+from helpers.draw_context import draw_causal_work
 from helpers.lesson import check, expect_error
 from helpers.measure import (
     CollectiveOp,
@@ -81,6 +90,13 @@ __all__ = [
     "blocks_by_device",
     "bubble_fraction",
     "chunks_for",
+    "attention_block",
+    "causal_block_work",
+    "chunk_positions",
+    "contiguous_chunks",
+    "online_softmax_combine",
+    "zigzag_chunks",
+    "draw_causal_work",
     "draw_collective",
     "draw_pipeline_schedule",
     "expected_blocks",
