@@ -45,6 +45,16 @@ from helpers.draw import (
 )
 from helpers.draw_comm import draw_collective, draw_pipeline_schedule
 from helpers.draw_context import draw_causal_work
+from helpers.draw_experts import draw_routing
+from helpers.experts import (
+    MoEMLP,
+    MoESpec,
+    Routing,
+    dispatch_weights,
+    expert_capacity,
+    expert_parallel_mlp,
+    route,
+)
 from helpers.lesson import check, expect_error
 from helpers.measure import (
     CollectiveOp,
@@ -97,6 +107,14 @@ __all__ = [
     "online_softmax_combine",
     "zigzag_chunks",
     "draw_causal_work",
+    "draw_routing",
+    "MoEMLP",
+    "MoESpec",
+    "Routing",
+    "dispatch_weights",
+    "expert_capacity",
+    "expert_parallel_mlp",
+    "route",
     "draw_collective",
     "draw_pipeline_schedule",
     "expected_blocks",

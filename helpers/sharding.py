@@ -354,11 +354,11 @@ def fsdp_specs(
 # (batch, length, embed) under FSDP; "heads" and "mlp" win over "length" under tp_sp).
 LOGICAL_NAMES: tuple[str, ...] = (
     "batch", "embed", "mlp", "heads", "kv", "joined_kv", "vocab", "length", "seq",
-    "classes", "layers", "norm", "embed_vec",
+    "classes", "layers", "norm", "embed_vec", "expert",
 )  # fmt: skip
 
 
-def _preset(**mesh_axis: str) -> tuple[tuple[str, Any], ...]:
+def _preset(**mesh_axis: Any) -> tuple[tuple[str, Any], ...]:
     return tuple((name, mesh_axis.get(name)) for name in LOGICAL_NAMES)
 
 
@@ -385,6 +385,11 @@ LOGICAL_RULES: dict[str, tuple[tuple[str, Any], ...]] = {
     # activations between the attention and MLP halves, which TP keeps whole on every
     # device, are split along their length over "model" too.
     "tp_sp": _preset(length="model", seq="model", **_TP),
+    # Expert parallelism x DP (GShard; MaxText's "expert" axis): the experts of a mixture
+    # of experts split over "model", which here hosts experts, and the tokens over both
+    # axes; helpers.experts.MoEMLP then sends each token to its expert's device and back
+    # with all-to-alls.
+    "ep": _preset(batch=("data", "model"), expert="model"),
 }
 
 # The mesh axes each preset needs.
@@ -396,6 +401,7 @@ STRATEGY_AXES: dict[str, tuple[str, ...]] = {
     "hybrid": ("data", "model"),
     "fsdp_tp": ("data", "model"),
     "tp_sp": ("model",),
+    "ep": ("data", "model"),
 }
 
 
