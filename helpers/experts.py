@@ -211,7 +211,8 @@ class MoEMLP(nn.Module):
     Parameters: ``router`` ``(embed, experts)``, logical ``("embed", None)``: every
     device routes with the whole router; ``wi`` ``(expert, embed, mlp)`` and ``wo``
     ``(expert, mlp, embed)``. When the logical-axis rules in force map ``expert`` to a
-    mesh axis (the ``ep`` preset maps it to ``model``), the layer runs
+    mesh axis (the series' presets map it to ``None``; notebook 12 adds
+    ``("expert", "expert")``), the layer runs
     ``expert_parallel_mlp`` in ``jax.shard_map`` over the current mesh (``jax.set_mesh``),
     the tokens split as the rules split ``batch``: tokens travel to their experts with
     ``all_to_all``. Otherwise every device runs every expert it is given.
