@@ -115,7 +115,8 @@ def draw_routing(
     bars.tick_params(axis="y", labelsize=8)
     bars.set_xlabel("expert", fontsize=9)
     bars.set_ylabel("tokens routed to it", fontsize=9)
-    bars.legend(fontsize=8, frameon=False)
+    bars.set_ylim(0, 1.3 * max(1, int((took + dropped).max())))  # headroom for the legend
+    bars.legend(fontsize=8, frameon=False, loc="upper center", ncol=2)
     bars.set_title(f"load per expert: {int(dropped.sum())} of {kp.size} choices dropped",
                    fontsize=9.5)  # fmt: skip
     for spine in ("top", "right"):
