@@ -26,6 +26,14 @@ from helpers.collectives import (
     ring_bytes,
     tag_blocks,
 )
+from helpers.context import (
+    attention_block,
+    causal_block_work,
+    chunk_positions,
+    contiguous_chunks,
+    online_softmax_combine,
+    zigzag_chunks,
+)
 from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
 from helpers.draw import (
     device_color,
@@ -35,6 +43,17 @@ from helpers.draw import (
     draw_strategy_guide,
 )
 from helpers.draw_comm import draw_collective, draw_in_flight, draw_pipeline_schedule
+from helpers.draw_context import draw_causal_work
+from helpers.draw_experts import draw_routing
+from helpers.experts import (
+    MoEMLP,
+    MoESpec,
+    Routing,
+    dispatch_weights,
+    expert_capacity,
+    expert_parallel_mlp,
+    route,
+)
 from helpers.lesson import check, expect_error
 from helpers.measure import (
     CollectiveOp,
@@ -109,6 +128,15 @@ __all__ = [
     "draw_collective",
     "draw_in_flight",
     "draw_pipeline_schedule",
+    "draw_causal_work",
+    "draw_routing",
+    "MoEMLP",
+    "MoESpec",
+    "Routing",
+    "dispatch_weights",
+    "expert_capacity",
+    "expert_parallel_mlp",
+    "route",
     "expected_blocks",
     "gpipe_bubble",
     "gpipe_schedule",
@@ -129,6 +157,12 @@ __all__ = [
     "simulate",
     "stage_layout",
     "zero_bubble_table",
+    "attention_block",
+    "causal_block_work",
+    "chunk_positions",
+    "contiguous_chunks",
+    "online_softmax_combine",
+    "zigzag_chunks",
     "CollectiveOp",
     "LOGICAL_NAMES",
     "LOGICAL_RULES",

@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from helpers.experts import MoEMLP, MoESpec
+
 _kernel_init = nn.initializers.lecun_normal()
 _zeros = nn.initializers.zeros_init()
 _ones = nn.initializers.ones_init()
@@ -302,13 +304,18 @@ class TransformerMLP(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """``x + attn(norm(x))``, then ``x + mlp(norm(x))``: one pre-LayerNorm decoder layer."""
+    """``x + attn(norm(x))``, then ``x + mlp(norm(x))``: one pre-LayerNorm decoder layer.
+
+    With ``moe`` (a ``helpers.experts.MoESpec``) the MLP is a mixture of experts
+    (``helpers.experts.MoEMLP``, still named ``mlp``); without it, ``TransformerMLP``.
+    """
 
     n_heads: int
     head_dim: int
     d_ff: int
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
+    moe: MoESpec | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -318,7 +325,10 @@ class DecoderBlock(nn.Module):
         )(h)
         x = nn.with_logical_constraint(x + h, ("batch", "length", "embed"))
         h = _norm(self.dtype, self.param_dtype, "mlp_norm")(x)
-        h = TransformerMLP(self.d_ff, self.dtype, self.param_dtype, name="mlp")(h)
+        if self.moe is None:
+            h = TransformerMLP(self.d_ff, self.dtype, self.param_dtype, name="mlp")(h)
+        else:
+            h = MoEMLP(self.moe, self.d_ff, self.dtype, self.param_dtype, name="mlp")(h)
         return nn.with_logical_constraint(x + h, ("batch", "length", "embed"))
 
 
@@ -329,7 +339,13 @@ class _ScannedBlock(DecoderBlock):
     @nn.compact
     def __call__(self, x: jax.Array, _: None) -> tuple[jax.Array, None]:
         block = DecoderBlock(
-            self.n_heads, self.head_dim, self.d_ff, self.dtype, self.param_dtype, name="block"
+            self.n_heads,
+            self.head_dim,
+            self.d_ff,
+            self.dtype,
+            self.param_dtype,
+            self.moe,
+            name="block",
         )
         return block(x), None
 
@@ -342,7 +358,9 @@ class TransformerLM(nn.Module):
     mesh axis divides it. The logits of the padding ids are masked to -1e9, so the model
     never predicts them and the loss is that of the unpadded vocabulary. With
     ``remat=True`` every block is wrapped in ``nn.remat``: its activations are recomputed
-    in the backward pass instead of kept.
+    in the backward pass instead of kept. With ``moe`` (a ``helpers.experts.MoESpec``)
+    every block's MLP is a mixture of experts; without it (the default) the model is
+    unchanged.
 
     The blocks are ``block_0``, ``block_1``, ... (a Python loop, unrolled in the
     compiled program). With ``scan_layers=True`` they are one ``nn.scan`` over the
@@ -362,6 +380,7 @@ class TransformerLM(nn.Module):
     param_dtype: Any = jnp.float32
     remat: bool = False
     scan_layers: bool = False
+    moe: MoESpec | None = None
 
     @nn.compact
     def __call__(self, tokens: jax.Array) -> jax.Array:
@@ -382,7 +401,7 @@ class TransformerLM(nn.Module):
         )(tokens)
         x = x + sinusoidal_positions(tokens.shape[1], self.d_model).astype(self.dtype)
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
-        sizes = (self.n_heads, self.head_dim, self.d_ff, self.dtype, self.param_dtype)
+        sizes = (self.n_heads, self.head_dim, self.d_ff, self.dtype, self.param_dtype, self.moe)
         if self.scan_layers:
             body = nn.remat(_ScannedBlock) if self.remat else _ScannedBlock
             scanned = nn.scan(

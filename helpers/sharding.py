@@ -354,7 +354,7 @@ def fsdp_specs(
 # (batch, length, embed) under FSDP; "heads" and "mlp" win over "length" under tp_sp).
 LOGICAL_NAMES: tuple[str, ...] = (
     "batch", "embed", "mlp", "heads", "kv", "joined_kv", "vocab", "length", "seq",
-    "classes", "layers", "norm", "embed_vec",
+    "classes", "layers", "norm", "embed_vec", "expert",
 )  # fmt: skip
 
 
@@ -365,7 +365,8 @@ def _preset(**mesh_axis: str) -> tuple[tuple[str, Any], ...]:
 _TP = {"mlp": "model", "heads": "model", "joined_kv": "model", "vocab": "model"}
 
 # Every preset is meant for a mesh with axes ("data", "model"); an axis of size 1 simply
-# splits nothing.
+# splits nothing. Every preset maps "expert" (a mixture of experts' expert dimension) to
+# None: notebook 12 adds the rule that splits experts over a mesh axis of their own.
 LOGICAL_RULES: dict[str, tuple[tuple[str, Any], ...]] = {
     # Data parallel: only the batch is split; every parameter is replicated.
     "dp": _preset(batch="data"),
