@@ -76,7 +76,7 @@ def draw_causal_work(
         ax.tick_params(length=0)
         for spine in ax.spines.values():
             spine.set_visible(False)
-        ax.set_title(f"{name}\n(number: the device that computes it; grey: skipped)",
+        ax.set_title(f"{name}\n(number: the device that computes it;\npale, no number: masked, skipped)",
                      fontsize=9.5)  # fmt: skip
         work = causal_block_work(layout)
         bars = fig.add_subplot(grid[1, col])
