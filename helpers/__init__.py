@@ -91,6 +91,14 @@ __all__ = [
     "ring_bytes",
     "tag_blocks",
     "CollectiveOp",
+    "HARDWARE",
+    "NAMED_MODELS",
+    "ModelSpec",
+    "Plan",
+    "PlanError",
+    "format_plan",
+    "model_from_hf_config",
+    "plan_model",
     "LOGICAL_NAMES",
     "LOGICAL_RULES",
     "STRATEGY_AXES",
@@ -126,3 +134,24 @@ __all__ = [
     "unmapped_logical_names",
     "use_simulated_devices",
 ]
+
+# helpers.plan is imported on first use, not here: ``python -m helpers.plan`` runs it as
+# __main__, and runpy warns when the package has already imported the module it runs.
+_PLAN_NAMES = (
+    "HARDWARE",
+    "NAMED_MODELS",
+    "ModelSpec",
+    "Plan",
+    "PlanError",
+    "format_plan",
+    "model_from_hf_config",
+    "plan_model",
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _PLAN_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module("helpers.plan"), name)
+    raise AttributeError(f"module 'helpers' has no attribute {name!r}")
