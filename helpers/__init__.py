@@ -135,23 +135,32 @@ __all__ = [
     "use_simulated_devices",
 ]
 
-# helpers.plan is imported on first use, not here: ``python -m helpers.plan`` runs it as
-# __main__, and runpy warns when the package has already imported the module it runs.
-_PLAN_NAMES = (
-    "HARDWARE",
-    "NAMED_MODELS",
-    "ModelSpec",
-    "Plan",
-    "PlanError",
-    "format_plan",
-    "model_from_hf_config",
-    "plan_model",
-)
+# helpers.plan and helpers.zero are imported on first use, not here: ``python -m
+# helpers.plan`` runs the planner as __main__ (runpy warns when the package has already
+# imported the module it runs), and the planner needs no jax at all.
+_LAZY = {
+    "HARDWARE": "helpers.plan",
+    "NAMED_MODELS": "helpers.plan",
+    "ModelSpec": "helpers.plan",
+    "Plan": "helpers.plan",
+    "PlanError": "helpers.plan",
+    "format_plan": "helpers.plan",
+    "model_from_hf_config": "helpers.plan",
+    "plan_model": "helpers.plan",
+    "ZERO_STAGES": "helpers.zero",
+    "init_zero": "helpers.zero",
+    "make_zero_train_step": "helpers.zero",
+    "zero_specs": "helpers.zero",
+}
 
 
 def __getattr__(name: str) -> object:
-    if name in _PLAN_NAMES:
+    if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module("helpers.plan"), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'helpers' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

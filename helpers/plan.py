@@ -49,6 +49,8 @@ class ModelSpec:
     """The shapes of a decoder-only Transformer, LLaMA-style (dense) or Mixtral-style (MoE).
 
     ``n_experts == 1`` is a dense model. ``head_dim`` defaults to ``hidden // n_heads``.
+    ``mlp_matrices`` is 3 for SwiGLU (gate, up, down), 2 for a GELU MLP (the series'
+    ``TransformerLM``); ``norm_vectors`` is 1 for RMSNorm (a scale), 2 for LayerNorm.
     ``params_only`` marks a model known only by its parameter count (``--params``): its
     layers are unknown, so only model states and data parallelism can be planned.
     """
@@ -65,6 +67,8 @@ class ModelSpec:
     top_k: int = 1
     head_dim: int = 0
     params_only: int = 0
+    mlp_matrices: int = 3
+    norm_vectors: int = 1
 
     def __post_init__(self) -> None:
         if self.params_only:
@@ -95,19 +99,20 @@ class ModelSpec:
         return 2 * q + 2 * self.hidden * self.n_kv_heads * self.head_dim
 
     def expert_params(self) -> int:
-        """Per layer, all experts' SwiGLU MLPs (gate, up, down): 3 x hidden x ffn each."""
-        return self.n_experts * 3 * self.hidden * self.ffn
+        """Per layer, all experts' MLPs: ``mlp_matrices`` x hidden x ffn each."""
+        return self.n_experts * self.mlp_matrices * self.hidden * self.ffn
 
     def router_params(self) -> int:
         return self.hidden * self.n_experts if self.n_experts > 1 else 0
 
     def layer_params(self) -> int:
         """One decoder layer: attention, MLP (or experts and router), two RMSNorm scales."""
-        return self.attn_params() + self.expert_params() + self.router_params() + 2 * self.hidden
+        norms = 2 * self.norm_vectors * self.hidden
+        return self.attn_params() + self.expert_params() + self.router_params() + norms
 
     def embed_params(self) -> int:
         """Input embedding, plus the output head unless tied, plus the final norm."""
-        return self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
+        return self.vocab * self.hidden * (1 if self.tied else 2) + self.norm_vectors * self.hidden
 
     def param_count(self) -> int:
         """All parameters (for a ``--params`` model, that count)."""
@@ -119,8 +124,18 @@ class ModelSpec:
         """Parameters one token goes through: ``top_k`` of the experts (all, when dense)."""
         if self.params_only:
             return self.params_only
-        inactive = (self.n_experts - self.top_k) * 3 * self.hidden * self.ffn
+        inactive = (self.n_experts - self.top_k) * self.mlp_matrices * self.hidden * self.ffn
         return self.param_count() - self.n_layers * inactive
+
+
+def spec_of_series_model(cfg: Any, name: str = "series Transformer") -> ModelSpec:
+    """The ``ModelSpec`` of a ``helpers.models.TransformerConfig``: multi-head attention
+    (as many key/value heads as heads), a two-matrix GELU MLP, LayerNorms (scale and
+    bias), an untied output head over the padded vocabulary."""
+    return ModelSpec(
+        name, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_heads, cfg.d_ff, cfg.padded_vocab,
+        head_dim=cfg.head_dim, mlp_matrices=2, norm_vectors=2,
+    )  # fmt: skip
 
 
 # Published shapes (each model's Hugging Face config.json) and published totals.
@@ -444,9 +459,9 @@ def plan_model(
     else:
         layers = model.n_layers // pp
         per_layer = (model.attn_params() + model.expert_params() / ep) / tp
-        per_layer += model.router_params() + 2 * model.hidden
+        per_layer += model.router_params() + 2 * model.norm_vectors * model.hidden
         embed = model.vocab * model.hidden / tp
-        edge = embed * (1 if model.tied or pp > 1 else 2) + model.hidden
+        edge = embed * (1 if model.tied or pp > 1 else 2) + model.norm_vectors * model.hidden
         local = layers * per_layer + edge
     n_d = dp
     params_b = local * w_b / (n_d if zero >= 3 else 1)
@@ -577,7 +592,10 @@ def activation_terms(
         "normed inputs (2 x hidden)": 2.0 * model.hidden,
         "q, attention output": 2.0 * q / tp,
         "k, v": 2.0 * kv / tp,
-        "gate, up, gated (3 x ffn per routed expert)": 3.0 * model.ffn * routed / tp,
+        "MLP hidden (gate, up, gated; or pre- and post-GELU)": model.mlp_matrices
+        * model.ffn
+        * routed
+        / tp,
         "router logits": float(model.n_experts if model.n_experts > 1 else 0),
     }
 
@@ -733,6 +751,7 @@ __all__ = [
     "HARDWARE", "JSON_KEYS", "NAMED_MODELS", "PUBLISHED_PARAMS", "Hardware", "ModelSpec",
     "Plan", "PlanError", "activation_terms", "format_plan", "main", "model_from_hf_config",
     "plan_model",
+    "spec_of_series_model",
 ]  # fmt: skip
 
 
