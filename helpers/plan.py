@@ -526,6 +526,13 @@ def plan_model(
     # again for the backward one (1.5x DP's traffic, the ZeRO paper's Section 7.2.2): the
     # cost model's FSDP with remat's extra gather.
     dp_bytes = cost_model.comm_bytes(strategy, round(local), dp, g_b, remat=zero == 3)
+    # With micro-batches, a device that keeps only a slice of the gradients (ZeRO-2, -3)
+    # reduce-scatters them after every micro-batch, and ZeRO-3 gathers the weights again
+    # for every one; DP and ZeRO-1 accumulate whole gradients and reduce them once.
+    if zero == 3:
+        dp_bytes = cost_model.Phases(m * dp_bytes.forward, m * dp_bytes.backward)
+    elif zero == 2:
+        dp_bytes = cost_model.Phases(0.0, (m + 1) * dp_bytes.backward / 2)
     fwd_serial = bwd_serial = 0.0
     if not model.params_only:
         h, act_tok = model.hidden, local_tokens * act_b
