@@ -25,7 +25,8 @@ PART_COLORS = {"params": "#4C72B0", "grads": "#DD8452", "optimizer": "#55A868", 
 
 def _label(p: Plan) -> str:
     deg = " ".join(f"{a}{d}" for a, d in p.degrees.items() if d > 1) or "1 device"
-    return f"{deg} Z{p.zero} mb{p.micro_batch}" + (" remat" if p.remat == "full" else "")
+    label = f"{deg}, ZeRO-{p.zero}, micro-batch {p.micro_batch}"
+    return label + (", remat" if p.remat == "full" else "")
 
 
 def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
@@ -37,7 +38,7 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
     plans = list(plans)
     if not plans or not all(isinstance(p, Plan) for p in plans):
         raise ValueError("draw_plans: plans must be a non-empty sequence of helpers.plan.Plan.")
-    fig, ax = plt.subplots(figsize=(8, 0.55 * len(plans) + 1.6), layout="constrained")
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(plans) + 2.0), layout="constrained")
     for row, p in enumerate(plans):
         left = 0.0
         for part in PARTS:
@@ -49,8 +50,8 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
     ax.set_yticks(range(len(plans)), [_label(p) for p in plans])
     ax.invert_yaxis()
     ax.set_xlabel("GB per device (10^9 bytes)")
-    ax.set_title(title or f"{plans[0].model} on {plans[0].hardware}")
-    ax.legend(loc="lower right", fontsize=8, ncols=3, bbox_to_anchor=(1.0, 1.02), frameon=False)
+    fig.suptitle(title or f"{plans[0].model} on {plans[0].hardware}", fontsize=11)
+    fig.legend(loc="outside lower center", fontsize=9, ncols=5, frameon=False)
     return fig
 
 

@@ -470,7 +470,9 @@ def test_jupyterlab_calculator_redraws_when_a_control_moves(tmp_path):
         server.wait_ready()
         with browser_context(tmp_path) as (context, chromium, _offsite):
             page = context.new_page()
-            page.goto(f"{server.base}/lab/tree/notebooks/calculator.ipynb?token={server.token}")
+            page.goto(
+                f"{server.base}/lab/tree/notebooks/calculator.ipynb?reset&token={server.token}"
+            )
             page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=120_000)
             _wait(page, _idle, "the kernel to start", 180)
             _menu(page, "Run", "runmenu:run-all")
@@ -480,7 +482,7 @@ def test_jupyterlab_calculator_redraws_when_a_control_moves(tmp_path):
             before = image.get_attribute("src")
             line = page.locator(".widget-html-content").first.inner_text()
             assert before and "GB per device" in line, line
-            page.locator(".widget-dropdown", has_text="tp").locator("select").select_option("2")
+            page.get_by_label("tp", exact=True).select_option("2")
             deadline = time.monotonic() + 60
             while image.get_attribute("src") == before and time.monotonic() < deadline:
                 time.sleep(0.25)
