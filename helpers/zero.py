@@ -68,12 +68,13 @@ def _check_axis(mesh: Mesh, axis: str, where: str) -> None:
 
 
 def zero_specs(params: Any, mesh: Mesh, axis: str = "data") -> Any:
-    """The ``PartitionSpec`` of each parameter's slice under ZeRO-1/2/3: ``fsdp_specs``,
+    """The ``PartitionSpec`` of each parameter's slice under ZeRO-1/2: ``fsdp_specs`` with
+    no minimum size (ZeRO partitions every array, as the paper's flat partitions do),
     without its warning when nothing can be split (then every stage is plain DP)."""
     _check_axis(mesh, axis, "zero_specs")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FSDPShardsNothingWarning)
-        return fsdp_specs(params, mesh, axis)
+        return fsdp_specs(params, mesh, axis, min_size=1)
 
 
 def init_zero(
