@@ -32,7 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from helpers import compat
 from helpers.models import cross_entropy
-from helpers.sharding import FSDPShardsNothingWarning, check_spec, fsdp_specs, logical_rules
+from helpers.sharding import FSDPShardsNothingWarning, check_spec, fsdp_specs
 from helpers.train import (
     ShardedState,
     init_opt_state,
@@ -151,7 +151,9 @@ def make_zero_train_step(
     n = mesh.shape[axis]
     is_spec = lambda s: isinstance(s, P)  # noqa: E731
     grad_specs = specs if stage == 2 else jax.tree.map(lambda _: P(), specs, is_leaf=is_spec)
-    no_rules = tuple((name, None) for name, _ in logical_rules("dp"))
+    # Inside shard_map every array is already this device's own: no rules, so that the
+    # model's logical constraints are no-ops (a constraint on a manual axis is an error).
+    no_rules: tuple[tuple[str, Any], ...] = ()
 
     def per_device(params: Any, x: jax.Array, labels: jax.Array) -> tuple[jax.Array, Any]:
         def loss_fn(p: Any) -> jax.Array:
