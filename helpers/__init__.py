@@ -164,6 +164,14 @@ __all__ = [
     "online_softmax_combine",
     "zigzag_chunks",
     "CollectiveOp",
+    "HARDWARE",
+    "NAMED_MODELS",
+    "ModelSpec",
+    "Plan",
+    "PlanError",
+    "format_plan",
+    "model_from_hf_config",
+    "plan_model",
     "LOGICAL_NAMES",
     "LOGICAL_RULES",
     "STRATEGY_AXES",
@@ -207,3 +215,33 @@ __all__ = [
     "step_ops",
     "summarize_trace",
 ]
+
+# helpers.plan and helpers.zero are imported on first use, not here: ``python -m
+# helpers.plan`` runs the planner as __main__ (runpy warns when the package has already
+# imported the module it runs), and the planner needs no jax at all.
+_LAZY = {
+    "HARDWARE": "helpers.plan",
+    "NAMED_MODELS": "helpers.plan",
+    "ModelSpec": "helpers.plan",
+    "Plan": "helpers.plan",
+    "PlanError": "helpers.plan",
+    "format_plan": "helpers.plan",
+    "model_from_hf_config": "helpers.plan",
+    "plan_model": "helpers.plan",
+    "ZERO_STAGES": "helpers.zero",
+    "init_zero": "helpers.zero",
+    "make_zero_train_step": "helpers.zero",
+    "zero_specs": "helpers.zero",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'helpers' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -446,3 +446,52 @@ def _wait_saved(path: Path, timeout: float = 60) -> nbformat.NotebookNode:
 
 def _unrun(cell: nbformat.NotebookNode) -> bool:
     return cell.cell_type == "code" and bool(cell.source.strip()) and not cell.execution_count
+
+
+def test_jupyterlab_calculator_redraws_when_a_control_moves(tmp_path):
+    """Notebook 13's calculator in JupyterLab: choosing another tensor-parallel degree
+    redraws the memory figure and rewrites the step-time line."""
+    clone = _learner_clone(tmp_path)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "from helpers.calculator import plan_calculator\n"
+            'plan_calculator(model="llama3-8b", hardware="h100", dp=8, zero=3)'
+        )
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}  # fmt: skip
+    nbformat.write(nb, clone / "notebooks" / "calculator.ipynb")
+    env = {**os.environ, "PYTHONPATH": str(clone)}
+    chromium_executable()
+    server = JupyterServer(clone, env)
+    server_pid = server.proc.pid
+    try:
+        server.wait_ready()
+        with browser_context(tmp_path) as (context, chromium, _offsite):
+            page = context.new_page()
+            page.goto(
+                f"{server.base}/lab/tree/notebooks/calculator.ipynb?reset&token={server.token}"
+            )
+            page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=120_000)
+            _wait(page, _idle, "the kernel to start", 180)
+            _menu(page, "Run", "runmenu:run-all")
+            image = page.locator(".widget-image, .jupyter-widgets img").first
+            image.wait_for(timeout=180_000)
+            _wait(page, lambda s: _idle(s) and "[*]:" not in s["prompts"], "the cell to run", 180)
+            before = image.get_attribute("src")
+            line = page.locator(".widget-html-content").first.inner_text()
+            assert before and "GB per device" in line, line
+            page.get_by_label("tp", exact=True).select_option("2")
+            deadline = time.monotonic() + 60
+            while image.get_attribute("src") == before and time.monotonic() < deadline:
+                time.sleep(0.25)
+            assert image.get_attribute("src") != before, "the figure did not change"
+            after = page.locator(".widget-html-content").first.inner_text()
+            assert after != line and "16 GPUs" in after, after
+            page.screenshot(path=str(tmp_path / "jupyterlab-calculator.png"))
+            browser_pid = chromium.proc.pid
+    finally:
+        server.stop()
+    assert _gone(browser_pid) and not _group_alive(browser_pid), "chromium is still running"
+    assert _gone(server_pid), "the Jupyter server is still running"

@@ -1,0 +1,100 @@
+"""Property-based tests of ``python -m helpers.plan``: any flag values give a plan (exit 0)
+or one line naming a flag (exit 2), never a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from helpers.plan import main
+
+FLAGS = [
+    "--dp",
+    "--tp",
+    "--pp",
+    "--cp",
+    "--ep",
+    "--gpus",
+    "--zero",
+    "--micro-batch",
+    "--seq",
+    "--grad-accum",
+    "--hardware",
+    "--precision",
+    "--remat",
+]
+VALUES = st.one_of(
+    st.integers(-3, 130).map(str),
+    st.sampled_from(
+        [
+            "h100",
+            "a100",
+            "tpu-v5p",
+            "mixed",
+            "f32",
+            "none",
+            "full",
+            "1e3",
+            "2.5",
+            "nan",
+            "inf",
+            "",
+            "x",
+            "-1",
+            "0",
+            "8",
+        ]
+    ),
+)
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+@given(
+    st.sampled_from(
+        [
+            ["--config", "llama3-8b"],
+            ["--config", "llama3-70b"],
+            ["--config", "mixtral-8x7b"],
+            ["--params", "7.5e9"],
+            ["--config", "nope"],
+        ]
+    ),
+    st.lists(st.tuples(st.sampled_from(FLAGS), VALUES), max_size=5),
+)
+def test_any_flags_give_a_plan_or_one_line_naming_a_flag(
+    model: list[str], flags: list[tuple[str, str]]
+) -> None:
+    argv = [*model, *[x for pair in flags for x in (pair[0], pair[1])], "--json", "-"]
+    code, out, err = _run(argv)
+    assert code in (0, 2), (argv, err)
+    if code == 0:
+        data = json.loads(out)
+        assert data["per_device_bytes"]["total"] > 0 and data["step_time_s"] > 0
+        assert 0 < data["mfu"] <= 1.0 + 1e-9
+    else:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert "--" in lines[0] or "argument" in lines[0], lines[0]
+
+
+@given(st.integers(1, 10**12), st.sampled_from([1, 2, 4, 64]), st.sampled_from([0, 1, 2, 3]))
+def test_zero_stages_never_grow_memory(n: int, dp: int, stage: int) -> None:
+    from helpers.plan import ModelSpec, plan_model
+
+    model = ModelSpec("n", 0, 0, 0, 0, 0, 0, params_only=n)
+    before = plan_model(model, dp=dp, zero=max(stage - 1, 0)).per_device_bytes["total"]
+    after = plan_model(model, dp=dp, zero=stage).per_device_bytes["total"]
+    assert after <= before * (1 + 1e-12)
