@@ -340,11 +340,12 @@ def _execute(nb: Any, path: Path, timeout: int) -> NotebookError | None:
 
 class _KernelMemory(threading.Thread):
     """Samples the peak resident memory of the processes this process starts from now on
-    (the kernel, and whatever the kernel starts).
+    (the kernel), and of everything they start.
 
-    Children that were already running when the sampler was made are not the notebook's: a
-    process an earlier test in the same pytest-xdist worker left behind (one a loaded
-    machine was slow to end) once added 1.3 GB to three notebooks that came after it.
+    Children that were already running when the sampler was made are not the notebook's, nor
+    is anything they start later: a process an earlier test in the same pytest-xdist worker
+    left behind (one a loaded machine was slow to end) once added 1.3 GB to three notebooks
+    that ran after it, and 1 GB to another.
     """
 
     def __init__(self, interval: float = 0.1) -> None:
@@ -352,20 +353,27 @@ class _KernelMemory(threading.Thread):
         self.interval = interval
         self.peak = 0
         self._done = threading.Event()
-        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
+        self._before = {p.pid for p in psutil.Process().children()}
 
-    def run(self) -> None:
-        me = psutil.Process()
-        while not self._done.is_set():
-            total = 0
-            for child in me.children(recursive=True):
-                if child.pid in self._before:
-                    continue
+    def _tree_rss(self) -> int:
+        total = 0
+        for child in psutil.Process().children():
+            if child.pid in self._before:
+                continue
+            try:
+                tree = [child, *child.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for proc in tree:
                 try:
-                    total += child.memory_info().rss
+                    total += proc.memory_info().rss
                 except psutil.Error:
                     pass
-            self.peak = max(self.peak, total)
+        return total
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, self._tree_rss())
             self._done.wait(self.interval)
 
     def stop(self) -> None:

@@ -113,3 +113,33 @@ def test_wrong_device_count_gets_one_clear_line(value, message):
     assert out.returncode == 4  # pytest's usage error
     assert message in out.stderr
     assert "Traceback" not in out.stderr + out.stdout
+
+
+def test_a_notebooks_memory_leaves_out_processes_started_before_it():
+    """conftest's sampler counts the kernel a run starts (and its children), not a process an
+    earlier test in the same worker left running: that once failed notebooks 01 and 02."""
+    import importlib.util
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    root_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root_conftest)
+    hold = "import sys, time; x = bytearray(int(sys.argv[1])); x[::4096] = b'1' * len(x[::4096]); time.sleep(float(sys.argv[2]))"  # noqa: E501
+    leftover = subprocess.Popen([sys.executable, "-c", hold, str(400_000_000), "60"])
+    try:
+        deadline = time.monotonic() + 60
+        while psutil.Process(leftover.pid).memory_info().rss < 350_000_000:
+            assert time.monotonic() < deadline, "the leftover process never grew"
+            time.sleep(0.1)
+        sampler = root_conftest._KernelMemory(interval=0.05)
+        sampler.start()
+        subprocess.run([sys.executable, "-c", hold, str(60_000_000), "1"], check=True, timeout=120)
+        sampler.stop()
+    finally:
+        leftover.kill()
+        leftover.wait(timeout=30)
+    assert 50_000_000 < sampler.peak < 300_000_000, sampler.peak
