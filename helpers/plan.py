@@ -716,7 +716,8 @@ def format_plan(p: Plan) -> str:
     for axis, sent in p.comm_bytes_per_step.items():
         rows.append(f"sent over {axis:<7} {_gb(sent)}  per device per step")
     rows.append(
-        f"step time         {p.step_time_s:9.3f} s   MFU {p.mfu:.1%} (bound: matmuls at peak)"
+        f"step time         {p.step_time_s:9.3f} s   MFU at most {p.mfu:.1%} "
+        "(an upper bound: every matmul at peak)"
     )
     return "\n".join(rows)
 
