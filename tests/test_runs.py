@@ -143,3 +143,28 @@ def test_a_notebooks_memory_leaves_out_processes_started_before_it():
         leftover.kill()
         leftover.wait(timeout=30)
     assert 50_000_000 < sampler.peak < 300_000_000, sampler.peak
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+def test_a_notebooks_memory_leaves_out_a_child_that_has_not_exec_d_yet():
+    """A child between fork and exec is a copy of the pytest worker, with the worker's RSS;
+    the sampler must not count it as the kernel."""
+    import importlib.util
+    import os
+    import time
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    root_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root_conftest)
+    ballast = bytearray(300_000_000)  # this process's pages, which a fork shares
+    ballast[::4096] = b"1" * len(ballast[::4096])
+    sampler = root_conftest._KernelMemory(interval=0.05)
+    sampler.start()
+    pid = os.fork()
+    if pid == 0:  # the child: still this program, as before an exec
+        time.sleep(1.0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    sampler.stop()
+    del ballast
+    assert sampler.peak < 100_000_000, sampler.peak
