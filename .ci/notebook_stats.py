@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import platform
+import re
 import subprocess
 import sys
 import tempfile

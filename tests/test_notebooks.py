@@ -258,11 +258,11 @@ def test_reads_in_one_sitting(ipynb):
     if r["main_min"] > STATS.MAIN_LINE_MAX_MIN:
         problems.append(
             f"its main line (every cell before a heading starting 'Going deeper') reads in "
-            f"{r['main_min']:.0f} min, over {STATS.MAIN_LINE_MAX_MIN}"
+            f"{r['main_min']:.1f} min, over {STATS.MAIN_LINE_MAX_MIN}"
         )
     if r["all_min"] > STATS.WHOLE_MAX_MIN:
         problems.append(
-            f"the whole notebook reads in {r['all_min']:.0f} min, over {STATS.WHOLE_MAX_MIN}"
+            f"the whole notebook reads in {r['all_min']:.1f} min, over {STATS.WHOLE_MAX_MIN}"
         )
     for i, n in r["long_cells"]:
         problems.append(
