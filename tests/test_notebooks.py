@@ -274,6 +274,30 @@ def test_reads_in_one_sitting(ipynb):
     )
 
 
+def test_readme_quotes_each_notebooks_reading_time():
+    """README's learning path gives every notebook's reading time within 2 minutes of the measure.
+
+    After a notebook changes, `python .ci/notebook_stats.py --reading --write` rewrites it.
+    """
+    quoted = STATS.readme_reading_times((ROOT / "README.md").read_text())
+    wrong = []
+    for ipynb in IPYNBS:
+        r = STATS.reading_stats(ipynb)
+        if ipynb.name not in quoted:
+            wrong.append(f"{ipynb.name}: no row in README's learning path")
+            continue
+        main, whole = quoted[ipynb.name]
+        if abs(main - r["main_min"]) > 2 or abs(whole - r["all_min"]) > 2:
+            wrong.append(
+                f"{ipynb.name}: README says {main} / {whole} min, the measure gives "
+                f"{r['main_min']:.0f} / {r['all_min']:.0f}"
+            )
+    assert not wrong, (
+        "README's reading times are stale (run `python .ci/notebook_stats.py --reading --write`): "
+        + "; ".join(wrong)
+    )
+
+
 def test_ruff_clean():
     out = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "helpers", "tests", "notebooks", "conftest.py"],
