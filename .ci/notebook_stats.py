@@ -113,7 +113,8 @@ def learning_path() -> str:
     stats = {n: reading_stats(p) for n, p in nbs.items()}
     lines = ["| # | notebook | builds on | main line | whole |", "|---|---|---|---:|---:|"]
     for n, p in nbs.items():
-        before = ", ".join(BUILDS_ON.get(n, [])) or "(PyTorch and NumPy)"
+        needs = BUILDS_ON.get(n)  # a notebook not in BUILDS_ON yet says so, rather than "none"
+        before = "(not listed yet)" if needs is None else ", ".join(needs) or "(PyTorch and NumPy)"
         r = stats[n]
         lines.append(
             f"| {n} | [{title(p)}](notebooks/{p.name}) | {before} | "
