@@ -126,7 +126,8 @@ def learning_path() -> str:
         '(everything before the notebook\'s "Going deeper" section) and over the whole '
         "notebook; `python .ci/notebook_stats.py --reading --write` recomputes them.",
         "",
-        "Paths by goal (main-line minutes, added up):",
+        "Paths by goal (main-line minutes, added up). A path that starts past 01 assumes "
+        "what the notebooks it skips teach; the table's \"builds on\" column says which.",
         "",
     ]
     for goal, path in PATHS:
