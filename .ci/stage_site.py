@@ -9,7 +9,8 @@ Every committed ``notebooks/NN_*.ipynb`` must be there, with exactly its committ
 a deliberate error prints through ``helpers.expect_error``, so any error is a failure.
 
 ``STAGE_DIR`` is written anew: ``index.md`` is the README with a table of contents of the
-notebooks; ``notebooks/NN_*.ipynb`` are the executed notebooks, each solution cell tagged
+notebooks and of the reference pages (``docs/glossary.md``, ``docs/errata.md``, staged as
+``docs/*.md``); ``notebooks/NN_*.ipynb`` are the executed notebooks, each solution cell tagged
 ``hide-cell`` so that its page folds it (code and output) behind a "Show solution" toggle.
 In both, a link to a repository file that is not a page of the site points at it on GitHub.
 """
@@ -33,6 +34,7 @@ REPO_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls
 BRANCH = "main"
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _IMAGES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
+PAGES = ["docs/glossary.md", "docs/errata.md"]  # reference pages, after the notebooks
 _SOLUTION_PROMPTS = {"code_prompt_show": "Show solution", "code_prompt_hide": "Hide solution"}
 
 
@@ -103,20 +105,23 @@ def site_links(text: str, folder: str, pages: set[str], stage: Path) -> str:
 
 def landing_page(readme: str, notebooks: list[Path], stage: Path) -> str:
     """The README, its links fit for the site, and the site's table of contents."""
-    pages = {f"notebooks/{p.name}" for p in notebooks}
+    pages = {f"notebooks/{p.name}" for p in notebooks} | set(PAGES)
     toc = "\n".join(f"notebooks/{p.stem}" for p in notebooks)
+    ref = "\n".join(p.removesuffix(".md") for p in PAGES)
     return (
         site_links(readme, "", pages, stage)
         + f"\n\n```{{toctree}}\n:hidden:\n:caption: Notebooks\n:maxdepth: 1\n\n{toc}\n```\n"
+        + f"\n```{{toctree}}\n:hidden:\n:caption: Reference\n:maxdepth: 1\n\n{ref}\n```\n"
     )
 
 
 def main(executed_dir: Path, stage: Path) -> int:
-    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))  # 01_x, 03b_x, ...
     if stage.exists():
         shutil.rmtree(stage)
     (stage / "notebooks").mkdir(parents=True)
-    pages = {f"notebooks/{p.name}" for p in notebooks}
+    (stage / "docs").mkdir()
+    pages = {f"notebooks/{p.name}" for p in notebooks} | set(PAGES)
     failures = []
     for path in notebooks:
         failures += [f"{path.name}: {p}" for p in stage_notebook(path, executed_dir, stage, pages)]
@@ -124,6 +129,9 @@ def main(executed_dir: Path, stage: Path) -> int:
         print("build_site: the executed notebooks cannot be published:", file=sys.stderr)
         print("\n".join(f"  {f}" for f in failures), file=sys.stderr)
         return 1
+    for page in PAGES:
+        text = (ROOT / page).read_text()
+        (stage / page).write_text(site_links(text, "docs", pages, stage))
     readme = (ROOT / "README.md").read_text()
     (stage / "index.md").write_text(landing_page(readme, notebooks, stage))
     print(f"build_site: staged {len(notebooks)} executed notebooks from {executed_dir}")

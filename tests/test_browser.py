@@ -47,7 +47,7 @@ from test_launch import LOOPBACK, ROOT, JupyterServer, _learner_clone
 
 from helpers.lesson import cell_role
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))  # 01_x, 03b_x, ...
 SITE_DEVICES = 8  # the count .ci/build_site renders
 REQUIRED = os.environ.get("BROWSER_TESTS") == "required"
 SITE_TEST_SCREENSHOT = "02_distributed_definition"
@@ -279,6 +279,11 @@ def test_built_site_in_a_browser(tmp_path, request):
                 assert not toggle.locator("pre").first.is_visible()
                 toggle.locator("summary").click()
                 assert toggle.locator("pre").first.is_visible()
+
+        for reference in ("docs/glossary", "docs/errata"):  # linked from the landing page
+            url = f"{base}{reference}.html"
+            assert url in landing["links"], f"the landing page does not link {reference}"
+            visit(url)
 
         # Every internal link resolves, and so does its anchor.
         internal = {link for f in facts.values() for link in f["links"] if link.startswith(base)}

@@ -4,13 +4,14 @@ Running the notebooks themselves is ``conftest.py``'s job (``pytest`` collects e
 ``notebooks/*.ipynb``); these tests check the files: each ``notebooks/NN_name.ipynb`` is
 paired with ``notebooks/src/NN_name.md`` in the exact form a JupyterLab save writes, no
 outputs are committed, no cell relies on the ``raises-exception`` tag, every exercise has
-its three parts, the shared setup cell and Colab bootstrap, metadata, and that nothing is
-fetched from outside the repository.
+its three parts, the shared setup cell and Colab bootstrap, metadata, that nothing is
+fetched from outside the repository, and that each notebook reads in one sitting.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -28,13 +29,26 @@ from helpers.lesson import exercises
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 SOURCES = NOTEBOOKS / "src"
-MDS = sorted(SOURCES.glob("[0-9][0-9]_*.md"))
-IPYNBS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+MDS = sorted(SOURCES.glob("[0-9][0-9]*_*.md"))  # 01_x, 03b_x, ...
+IPYNBS = sorted(NOTEBOOKS.glob("[0-9][0-9]*_*.ipynb"))
 FIGURES = tomllib.loads((ROOT / "tests" / "figures.toml").read_text())
 REPO_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 COLAB_PREFIX = "https://colab.research.google.com/github/" + REPO_URL.removeprefix(
     "https://github.com/"
 )
+
+
+def _load_stats() -> types.ModuleType:
+    """`.ci/notebook_stats.py`, the one implementation of the reading-time measure."""
+    spec = importlib.util.spec_from_file_location(
+        "notebook_stats", ROOT / ".ci" / "notebook_stats.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+STATS = _load_stats()
 
 
 def _code_cells(nb) -> list:
@@ -234,6 +248,54 @@ def test_reads_nothing_from_outside(ipynb):
             assert (ipynb.parent / path).exists() or (ROOT / path).exists(), (
                 f"{ipynb.name} code cell {i} reads {path!r}, which the repository does not ship"
             )
+
+
+@pytest.mark.parametrize("ipynb", IPYNBS, ids=lambda p: p.name)
+def test_reads_in_one_sitting(ipynb):
+    """Issue 26: main line <= 45 min, whole <= 70, no code cell but the setup over 25 lines."""
+    r = STATS.reading_stats(ipynb)
+    problems = []
+    if r["main_min"] > STATS.MAIN_LINE_MAX_MIN:
+        problems.append(
+            f"its main line (every cell before a heading starting 'Going deeper') reads in "
+            f"{r['main_min']:.1f} min, over {STATS.MAIN_LINE_MAX_MIN}"
+        )
+    if r["all_min"] > STATS.WHOLE_MAX_MIN:
+        problems.append(
+            f"the whole notebook reads in {r['all_min']:.1f} min, over {STATS.WHOLE_MAX_MIN}"
+        )
+    for i, n in r["long_cells"]:
+        problems.append(
+            f"cell {i} (counting every cell from 0) has {n} non-blank code lines, over {STATS.CELL_MAX_LINES}"
+        )
+    assert not problems, (
+        f"{ipynb.name} does not read in one sitting (prose words / {STATS.WORDS_PER_MIN} + "
+        f"non-blank code lines / {STATS.CODE_LINES_PER_MIN}): " + "; ".join(problems)
+    )
+
+
+def test_readme_quotes_each_notebooks_reading_time():
+    """README's learning path gives every notebook's reading time within 2 minutes of the measure.
+
+    After a notebook changes, `python .ci/notebook_stats.py --reading --write` rewrites it.
+    """
+    quoted = STATS.readme_reading_times((ROOT / "README.md").read_text())
+    wrong = []
+    for ipynb in IPYNBS:
+        r = STATS.reading_stats(ipynb)
+        if ipynb.name not in quoted:
+            wrong.append(f"{ipynb.name}: no row in README's learning path")
+            continue
+        main, whole = quoted[ipynb.name]
+        if abs(main - r["main_min"]) > 2 or abs(whole - r["all_min"]) > 2:
+            wrong.append(
+                f"{ipynb.name}: README says {main} / {whole} min, the measure gives "
+                f"{r['main_min']:.0f} / {r['all_min']:.0f}"
+            )
+    assert not wrong, (
+        "README's reading times are stale (run `python .ci/notebook_stats.py --reading --write`): "
+        + "; ".join(wrong)
+    )
 
 
 def test_ruff_clean():
