@@ -112,7 +112,7 @@ def landing_page(readme: str, notebooks: list[Path], stage: Path) -> str:
 
 
 def main(executed_dir: Path, stage: Path) -> int:
-    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     if stage.exists():
         shutil.rmtree(stage)
     (stage / "notebooks").mkdir(parents=True)

@@ -47,7 +47,7 @@ from test_launch import LOOPBACK, ROOT, JupyterServer, _learner_clone
 
 from helpers.lesson import cell_role
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 SITE_DEVICES = 8  # the count .ci/build_site renders
 REQUIRED = os.environ.get("BROWSER_TESTS") == "required"
 SITE_TEST_SCREENSHOT = "02_distributed_definition"

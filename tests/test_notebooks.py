@@ -28,8 +28,8 @@ from helpers.lesson import exercises
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 SOURCES = NOTEBOOKS / "src"
-MDS = sorted(SOURCES.glob("[0-9][0-9]_*.md"))
-IPYNBS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+MDS = sorted(SOURCES.glob("[0-9][0-9]*_*.md"))
+IPYNBS = sorted(NOTEBOOKS.glob("[0-9][0-9]*_*.ipynb"))
 FIGURES = tomllib.loads((ROOT / "tests" / "figures.toml").read_text())
 REPO_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 COLAB_PREFIX = "https://colab.research.google.com/github/" + REPO_URL.removeprefix(
