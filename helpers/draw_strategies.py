@@ -79,8 +79,8 @@ def plot_memory_vs_traffic(
     x_unit, x_name = _unit(max(x for x, _ in xy.values()))
     y_unit, y_name = _unit(max(y for _, y in xy.values()))
     scaled = {n: (x / x_unit, y / y_unit) for n, (x, y) in xy.items()}
-    x_top = max(1e-9, max(x for x, _ in scaled.values())) * 1.25
-    y_top = max(1e-9, max(y for _, y in scaled.values())) * 1.2
+    x_top = (max(x for x, _ in scaled.values()) or 1.0) * 1.25  # all zero: a unit-wide axis
+    y_top = (max(y for _, y in scaled.values()) or 1.0) * 1.2
     ax.set_xlim(-0.05 * x_top, x_top)
     ax.set_ylim(0, y_top)
     for group in _clusters(scaled, (x_top, y_top)):
