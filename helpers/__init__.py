@@ -45,6 +45,7 @@ from helpers.draw import (
 from helpers.draw_comm import draw_collective, draw_in_flight, draw_pipeline_schedule
 from helpers.draw_context import draw_causal_work
 from helpers.draw_experts import draw_routing
+from helpers.draw_strategies import plot_memory_vs_traffic
 from helpers.experts import (
     MoEMLP,
     MoESpec,
@@ -130,6 +131,7 @@ __all__ = [
     "draw_pipeline_schedule",
     "draw_causal_work",
     "draw_routing",
+    "plot_memory_vs_traffic",
     "MoEMLP",
     "MoESpec",
     "Routing",

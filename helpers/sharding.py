@@ -373,7 +373,9 @@ LOGICAL_RULES: dict[str, tuple[tuple[str, Any], ...]] = {
     # FSDP: the batch and every kernel's "embed" dimension are split over "data";
     # small vectors (LayerNorm, output biases) stay replicated.
     "fsdp": _preset(batch="data", embed="data"),
-    # FSDP that also splits the small vectors (the chapter's "biases sharded too" case, E9).
+    # FSDP that also splits the model-width vectors ("norm", "embed_vec": LayerNorm scales
+    # and biases, output biases), the chapter's "biases sharded too" case; an "mlp"-sized
+    # bias and the head's "classes" bias stay whole, as under "fsdp".
     "fsdp_all": _preset(batch="data", embed="data", norm="data", embed_vec="data"),
     # Tensor (Megatron) parallel: MLP hidden width, attention heads and vocabulary split
     # over "model"; every device sees the whole batch.
