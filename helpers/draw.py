@@ -487,7 +487,34 @@ def _diagonal_stripes(
         band.set_clip_path(clip)
 
 
-def _draw_sharding(x: Any, ax: Axes | None, title: str | None, compact: bool, where: str) -> Axes:
+def _drawn_extent(x: Any) -> tuple[int, int] | None:
+    """``(rows, cols)`` in elements of what ``_draw_sharding`` draws as a grid (None: a strip)."""
+    shape, sharding = sharding_of(x)
+    shape = tuple(int(s) for s in shape)
+    local = tuple(int(s) for s in shard_shape(shape, sharding))
+    drawn, _ = _layout_2d(shape, local)
+    if len(drawn) != 2:
+        return None
+    return shape[drawn[0]], shape[drawn[1]]
+
+
+def _to_scale(ax: Axes, size_pt: tuple[float, float]) -> None:
+    """Shrink ``ax`` to ``size_pt`` (width, height in points), centred, its top kept."""
+    pos = ax.get_position()
+    fw, fh = ax.figure.get_size_inches()
+    w = min(pos.width, size_pt[0] / (72.0 * fw))
+    h = min(pos.height, size_pt[1] / (72.0 * fh))
+    ax.set_position([pos.x0 + (pos.width - w) / 2, pos.y1 - h, w, h])
+
+
+def _draw_sharding(
+    x: Any,
+    ax: Axes | None,
+    title: str | None,
+    compact: bool,
+    where: str,
+    size_pt: tuple[float, float] | None = None,
+) -> Axes:
     shape, sharding = sharding_of(x, where)
     shape = tuple(int(s) for s in shape)
     local = tuple(int(s) for s in shard_shape(shape, sharding))
@@ -525,7 +552,10 @@ def _draw_sharding(x: Any, ax: Axes | None, title: str | None, compact: bool, wh
     ax = _fig_for(ax, figsize)
     ax.set_xlim(0, max(cols, 1))
     ax.set_ylim(max(rows, 1), 0)
-    ax.set_aspect(aspect, adjustable="box")
+    if size_pt is not None and len(drawn) == 2:
+        _to_scale(ax, size_pt)  # drawn to the scale its group shares
+    else:
+        ax.set_aspect(aspect, adjustable="box")
     w_pt, h_pt = _axes_size_pt(ax)
     sx = w_pt / max(cols, 1)
     sy = h_pt / max(rows, 1)
@@ -578,19 +608,21 @@ def _draw_sharding(x: Any, ax: Axes | None, title: str | None, compact: bool, wh
         upright = _fit_fontsize(label, h * sy, w * sx, lo=0.0, hi=hi, fill=0.72)
         tall = h * sy > w * sx
         rotation = 90 if tall and upright > flat * 1.25 and "\n" not in label else 0
-        size = max(4.5, upright if rotation else flat)
+        size = upright if rotation else flat
         ax.text(
             c0 + w / 2,
             r0 + h / 2,
             label,
             ha="center",
             va="center",
-            fontsize=size,
+            fontsize=max(size, 4.5),
             color=ink,
             fontweight="bold",
             bbox=box,
             rotation=rotation,
             clip_on=False,
+            # Too small to number legibly: left unnumbered, its colour names the device.
+            visible=size >= 4.5,
             gid=f"block-label:{','.join(map(str, devs))}",
         )
 
@@ -640,7 +672,9 @@ def _draw_sharding(x: Any, ax: Axes | None, title: str | None, compact: bool, wh
         if split:
             note = "folded (also split: a block lists every device holding a piece of it)"
         lines.append(f"{desc} {note}")
-    ax.set_title("\n".join(lines), fontsize=(7 if compact else 10.5), loc="center")
+    # The pad keeps the title clear of the top tick label (half of it stands above the box).
+    ax.set_title("\n".join(lines), fontsize=(7 if compact else 10.5), loc="center",
+                 pad=(8.0 if compact else 10.0))  # fmt: skip
     return ax
 
 
@@ -953,13 +987,7 @@ def draw_param_shardings(
     pad_l, pad_r, pad_t, pad_b = 0.55, 0.15, 0.6, 0.45
     bar_w = 2.9
     fig_w = ncols * panel_w + bar_w
-    folds = [f"{g.header} ×{g.count}" for g in groups if g.count > 1]
-    how = "in model order" if order else "in the tree's order, numbered names by number"
-    note = f"{len(leaves)} arrays in {n_panels} panels, {how}"
-    if folds:
-        note += "; identical layers drawn once: " + ", ".join(folds)
-    if any(p.vectors for g in groups for p in g.panels):
-        note += "; a layer's small vectors held whole everywhere share one panel"
+    note = _figure_note(groups, len(leaves), n_panels, order is not None, panel_w)
     note = textwrap.fill(note, width=int(fig_w * 15))  # about 15 characters an inch at 8 pt
     head = 0.62 + 0.17 * note.count("\n") + 0.2
 
@@ -978,17 +1006,19 @@ def draw_param_shardings(
         """Inches from the figure's top-left corner -> figure fractions."""
         return [x / fig_w, 1 - (y_top + h) / fig_h, w / fig_w, h / fig_h]
 
+    scales = {id(g): _group_scale(g, (panel_w - pad_l - pad_r) * 72.0,
+                                  (grid_h - pad_t - pad_b) * 72.0) for g in groups}  # fmt: skip
+    fits: list[tuple[Any, float]] = []  # (Axes or header, the width in points it may take)
     y = head
     for row, h in zip(rows, heights, strict=True):
         has_header = any(first and g.header for g, _, first in row)
         top = y + (header_h if has_header else 0.0)
         for c, (g, panel, first) in enumerate(row):
             if first and g.header:
-                fold_note = f"  ×{g.count}, identical: drawn once" if g.count > 1 else ""
-                fig.text(
+                header = fig.text(
                     (c * panel_w + 0.12) / fig_w,
                     1 - (y + 0.24) / fig_h,
-                    g.header + fold_note,
+                    _header_text(g),
                     ha="left",
                     va="baseline",
                     fontsize=9,
@@ -1010,7 +1040,12 @@ def draw_param_shardings(
                 _draw_sharding(
                     panel.leaves[0], ax, panel.names[0], compact=True,
                     where=f"draw_param_shardings: parameter '{panel.paths[0]}'",
+                    size_pt=scales[id(g)](panel, _axes_size_pt(ax)),
                 )  # fmt: skip
+            fits.append((ax, panel_w * 72.0 - 8.0))
+            if first and g.header:
+                span = sum(1 for g2, _, _ in row if g2 is g)
+                fits.append(((header, g), span * panel_w * 72.0 - 14.0))
         y += h
 
     bar_h = min(fig_h - head - 1.0, 4.0)
@@ -1031,10 +1066,13 @@ def draw_param_shardings(
     top = max(heights_b) if heights_b else 1
     unit = max(u for u in (1, 1024, 1024**2, 1024**3) if u <= max(top, 1))
     ticks = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(0, top / unit) * unit
-    bar_ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if t <= top * 1.18]))
+    bar_ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if t <= top * 1.1]))
     bar_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v)))
     bar_ax.tick_params(axis="y", labelsize=8)
-    bar_ax.set_ylim(0, top * 1.18 if top else 1)
+    # Room above the tallest bar for its rotated value label (6.5 pt type).
+    chars = max((len(format_bytes(v)) for v in heights_b), default=1)
+    room = min(0.6, (6.5 * 0.7 * chars + 6) / (bar_h * 72.0))
+    bar_ax.set_ylim(0, top * 1.015 / (1 - room) if top else 1)
     if len(ids) <= 16:
         for bar, hb in zip(bars, heights_b, strict=True):
             bar_ax.text(
@@ -1058,7 +1096,160 @@ def draw_param_shardings(
     fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / fig_h, va="top")
     fig.text(0.5, 1 - 0.42 / fig_h, note, ha="center", va="top", fontsize=8, color="0.3",
              gid="fold-note", linespacing=1.3)  # fmt: skip
+    _fit_labels(fig, fits)
     return fig
+
+
+def _header_text(g: _Group) -> str:
+    """A group's header: its layer, and for a fold how many layers it stands for."""
+    if g.count > 1:
+        return f"{g.header}: {g.count} layers with the same layout, drawn once"
+    return g.header
+
+
+def _figure_note(
+    groups: list[_Group], n_arrays: int, n_panels: int, ordered: bool, panel_w: float
+) -> str:
+    """The line under the title: what the panels show, in words a learner reads at once."""
+    how = (
+        "in model order"
+        if ordered
+        else "in the tree's order (numbered layers counted up: block_2 before block_10)"
+    )
+    note = f"{n_arrays} arrays in {n_panels} panels, {how}"
+    folds = [f"{g.header} ({g.count} layers)" for g in groups if g.count > 1]
+    if folds:
+        note += "; layers with the same layout drawn once: " + ", ".join(folds)
+    if any(p.vectors for g in groups for p in g.panels):
+        note += "; a layer's small vectors held whole everywhere share one panel"
+    # A path too long for its panel loses its start (the panels share it): say so.
+    longest = (
+        max(len(p.names[0]) for g in groups for p in g.panels if not p.vectors)
+        if any(not p.vectors for g in groups for p in g.panels)
+        else 0
+    )
+    headers = max((len(_header_text(g)) for g in groups), default=0)
+    if longest * 7 * 0.6 > panel_w * 72 - 8 or headers * 9 * 0.65 > panel_w * 72:
+        note += "; a name too long for its panel starts with '…/': the rest of its path"
+    return note
+
+
+def _group_scale(g: _Group, w_pt: float, h_pt: float) -> Any:
+    """How each grid panel of group ``g`` is sized: one scale (points per element) for the
+    whole group, so that a 512 x 128 kernel is drawn as large as a 128 x 512 one, and a
+    floor (a third of the room) so that a thin array keeps room for its device numbers."""
+    extents = [e for p in g.panels if not p.vectors for e in [_drawn_extent(p.leaves[0])] if e]
+    scale = min((min(w_pt / max(c, 1), h_pt / max(r, 1)) for r, c in extents), default=1.0)
+
+    def size(panel: _Panel, room: tuple[float, float]) -> tuple[float, float] | None:
+        extent = _drawn_extent(panel.leaves[0])
+        if extent is None:
+            return None
+        rows, cols = extent
+        return (
+            min(room[0], max(cols * scale, room[0] / 3)),
+            min(room[1], max(rows * scale, room[1] / 3)),
+        )
+
+    return size
+
+
+def _renderer(fig: Figure) -> Any:
+    canvas = fig.canvas
+    return canvas.get_renderer() if hasattr(canvas, "get_renderer") else fig._get_renderer()
+
+
+def _shorter(line: str) -> str | None:
+    """``line`` one step shorter and still readable: drop its first path component (the
+    panels' shared start, shown as ``…/``), else cut its middle. None: nothing to cut."""
+    body = line[2:] if line.startswith("…/") else line
+    if "/" in body:
+        return "…/" + body.split("/", 1)[1]
+    if len(line) <= 8:
+        return None
+    cut = max(1, len(line) // 8)
+    mid = len(line) // 2
+    return line[: mid - cut] + "…" + line[mid + cut :]
+
+
+def _fit_width(t: Any, max_pt: float, renderer: Any, min_size: float = 6.0) -> None:
+    """Make text ``t`` at most ``max_pt`` wide: its first line's path loses its start
+    (``…/``) first, then the type gets smaller (down to ``min_size``), then the line is
+    cut in the middle; if nothing readable fits, the text is hidden."""
+    max_px = max_pt * renderer.points_to_pixels(1.0)
+
+    def fits() -> bool:
+        return t.get_window_extent(renderer).width <= max_px
+
+    def shorten(paths_only: bool) -> bool:
+        first, *rest = t.get_text().split("\n")
+        body = first[2:] if first.startswith("…/") else first
+        widest = max(len(line) for line in [first, *rest])
+        if paths_only and ("/" not in body or len(first) < widest):
+            return False  # the path is not what overflows
+        short = _shorter(first)
+        if short is None:
+            return False
+        t.set_text("\n".join([short, *rest]))
+        return True
+
+    for _ in range(200):
+        if not t.get_text() or fits():
+            return
+        if shorten(paths_only=True):
+            continue
+        if t.get_fontsize() > min_size:
+            t.set_fontsize(max(min_size, t.get_fontsize() * 0.9))
+            continue
+        if not shorten(paths_only=False):
+            break
+    if not fits():
+        t.set_visible(False)  # nothing readable fits: leave the space empty
+
+
+def _fit_header(t: Any, g: _Group, max_pt: float, renderer: Any) -> None:
+    """A group header in its room: shorter wording for a fold first, then ``_fit_width``."""
+    max_px = max_pt * renderer.points_to_pixels(1.0)
+    if g.count > 1:
+        for text in (
+            f"{g.header}: {g.count} layers alike, drawn once",
+            f"{g.header} ({g.count} layers)",
+        ):
+            if t.get_window_extent(renderer).width <= max_px:
+                return
+            t.set_text(text)
+    _fit_width(t, max_pt, renderer, min_size=7.0)
+
+
+def _fit_labels(fig: Figure, fits: list[tuple[Any, float]]) -> None:
+    """Shorten what would overflow its panel: a panel's title and axis labels, a header."""
+    renderer = _renderer(fig)
+    for obj, width in fits:
+        if isinstance(obj, tuple):  # (header, its group)
+            _fit_header(obj[0], obj[1], width, renderer)
+            continue
+        _fit_width(obj.title, width, renderer)
+        if obj.axison:
+            _fit_width(obj.xaxis.label, width, renderer)
+            h_pt = obj.get_window_extent(renderer).height / renderer.points_to_pixels(1.0)
+            label = obj.yaxis.label
+            label.set_text(label.get_text())
+            _fit_height(label, h_pt + 4.0, renderer)
+        for t in obj.texts:
+            if (t.get_gid() or "").startswith("vector-label:"):
+                _fit_width(t, obj.get_window_extent(renderer).width * 0.95
+                           / renderer.points_to_pixels(1.0), renderer, 4.5)  # fmt: skip
+
+
+def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
+    """A rotated axis label at most ``max_pt`` tall: smaller type, then just its dimension."""
+    max_px = max_pt * renderer.points_to_pixels(1.0)
+    while t.get_window_extent(renderer).height > max_px and t.get_fontsize() > 5.0:
+        t.set_fontsize(max(5.0, t.get_fontsize() * 0.9))
+    if t.get_window_extent(renderer).height > max_px:
+        t.set_text(t.get_text().split(":")[0])  # "dim 0: 64 / 'data'" -> "dim 0"
+    if t.get_window_extent(renderer).height > max_px:
+        t.set_visible(False)
 
 
 def draw_strategy_guide(ax: Axes | None = None) -> Axes:
