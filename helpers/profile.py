@@ -54,6 +54,7 @@ import optax
 from jax.sharding import PartitionSpec
 
 from helpers import compat
+from helpers.cli import OneLineParser, refuse, whole_number, writable_path
 from helpers.cost_model import peak_flops
 from helpers.devices import make_mesh, use_simulated_devices
 from helpers.measure import collective_stats, format_bytes, memory_per_device, step_memory
@@ -822,7 +823,8 @@ def _mesh_shape(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    """The command line. Every flag's value is checked while parsing (``helpers.cli``)."""
+    p = OneLineParser(
         prog="python -m helpers.profile",
         description="Compare DP and FSDP (or other strategies) on the MLP stack or a Transformer "
         "language model: step time, memory, collectives, MFU.",
@@ -843,11 +845,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the model's size: tiny (CPU, f32), gpu_small (a GPU < 40 GB), gpu (H100/H200); "
         "auto: tiny on CPU devices, else by the GPU's memory",
     )
-    p.add_argument("--steps", type=int, default=10, help="timed steps per strategy (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument(
+        "--steps",
+        type=whole_number(1, 100_000),
+        default=10,
+        help="timed steps per strategy (default 10)",
+    )
+    p.add_argument(
+        "--warmup", type=whole_number(0, 100_000), default=3, help="untimed steps first (default 3)"
+    )
     p.add_argument(
         "--devices",
-        type=int,
+        type=whole_number(1, 4096),
         default=None,
         help="simulated CPU devices when there is no GPU (default: the mesh's size, else "
         "$NUM_DEVICES or 8)",
@@ -860,7 +869,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the (data, model) mesh, e.g. 2,4 for hybrid, tp or fsdp_tp (default: N,1). "
         "A strategy the mesh leaves degenerate (tp on N,1; dp on 4,2) is refused",
     )
-    p.add_argument("--batch-per-device", type=int, default=None, help="override the preset's batch")
+    p.add_argument(
+        "--batch-per-device", type=whole_number(1), default=None, help="override the preset's batch"
+    )
     p.add_argument(
         "--remat",
         action="store_true",
@@ -873,18 +884,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a GPU preset (gpu, gpu_small) on CPU devices anyway; refused otherwise",
     )
     p.add_argument(
-        "--json", metavar="PATH", help="write every measurement, versions and config here"
+        "--json",
+        metavar="PATH",
+        type=writable_path,
+        help="write every measurement, versions and config here",
     )
     p.add_argument(
-        "--plot", metavar="PATH", help="save a chart of step times and memory (matplotlib)"
+        "--plot",
+        metavar="PATH",
+        type=writable_path,
+        help="save a chart of step times and memory (matplotlib)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
 
+def parse_args(
+    argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None
+) -> argparse.Namespace:
+    """Parse and check the command line: a bad value exits with code 2 and one line naming
+    its flag, before any device is touched."""
+    parser = parser or build_parser()
+    args = parser.parse_args(argv)
+    if len(set(args.strategies)) != len(args.strategies):
+        refuse(parser, "--strategies", f"each strategy once, got {' '.join(args.strategies)}")
+    if args.devices is not None and args.mesh_shape is not None:
+        if math.prod(args.mesh_shape) != args.devices:
+            refuse(parser, "--mesh-shape", f"a mesh of all --devices ({args.devices}), got "
+                   f"{','.join(map(str, args.mesh_shape))}")  # fmt: skip
+    if args.plot and args.json and os.path.abspath(args.plot) == os.path.abspath(args.json):
+        refuse(parser, "--plot", "a different file from --json")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv, parser)
     count = args.devices
     if count is None and args.mesh_shape is not None:
         count = math.prod(args.mesh_shape)
