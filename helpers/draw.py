@@ -487,15 +487,17 @@ def _diagonal_stripes(
         band.set_clip_path(clip)
 
 
-def _drawn_extent(x: Any) -> tuple[int, int] | None:
-    """``(rows, cols)`` in elements of what ``_draw_sharding`` draws as a grid (None: a strip)."""
+def _drawn_extent(x: Any) -> tuple[int, int, int, int] | None:
+    """``(rows, cols, row blocks, col blocks)`` of what ``_draw_sharding`` draws as a grid:
+    its size in elements and how many blocks it is cut into along each (None: a strip)."""
     shape, sharding = sharding_of(x)
     shape = tuple(int(s) for s in shape)
     local = tuple(int(s) for s in shard_shape(shape, sharding))
     drawn, _ = _layout_2d(shape, local)
     if len(drawn) != 2:
         return None
-    return shape[drawn[0]], shape[drawn[1]]
+    r, c = drawn
+    return shape[r], shape[c], -(-shape[r] // max(local[r], 1)), -(-shape[c] // max(local[c], 1))
 
 
 def _to_scale(ax: Axes, size_pt: tuple[float, float]) -> None:
@@ -987,8 +989,11 @@ def draw_param_shardings(
     pad_l, pad_r, pad_t, pad_b = 0.55, 0.15, 0.6, 0.45
     bar_w = 2.9
     fig_w = ncols * panel_w + bar_w
-    note = _figure_note(groups, len(leaves), n_panels, order is not None, panel_w)
-    note = textwrap.fill(note, width=int(fig_w * 15))  # about 15 characters an inch at 8 pt
+    note_of = lambda shortened: textwrap.fill(  # noqa: E731 - about 15 characters an inch at 8 pt
+        _figure_note(groups, len(leaves), n_panels, order is not None, shortened),
+        width=int(fig_w * 15),
+    )
+    note = note_of(_may_shorten(groups, panel_w))  # the room is kept for the longer note
     head = 0.62 + 0.17 * note.count("\n") + 0.2
 
     def row_height(row: list[tuple[_Group, _Panel, bool]]) -> float:
@@ -1094,9 +1099,11 @@ def draw_param_shardings(
     if title is None:
         title = f"{arrays}, {format_bytes(total)} in total"
     fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / fig_h, va="top")
-    fig.text(0.5, 1 - 0.42 / fig_h, note, ha="center", va="top", fontsize=8, color="0.3",
-             gid="fold-note", linespacing=1.3)  # fmt: skip
-    _fit_labels(fig, fits)
+    note_text = fig.text(0.5, 1 - 0.42 / fig_h, note, ha="center", va="top", fontsize=8,
+                         color="0.3", gid="fold-note", linespacing=1.3)  # fmt: skip
+    shortened = _fit_labels(fig, fits)
+    if note_of(shortened).count("\n") <= note.count("\n"):  # else keep the reserved room's note
+        note_text.set_text(note_of(shortened))
     return fig
 
 
@@ -1108,7 +1115,7 @@ def _header_text(g: _Group) -> str:
 
 
 def _figure_note(
-    groups: list[_Group], n_arrays: int, n_panels: int, ordered: bool, panel_w: float
+    groups: list[_Group], n_arrays: int, n_panels: int, ordered: bool, shortened: bool
 ) -> str:
     """The line under the title: what the panels show, in words a learner reads at once."""
     how = (
@@ -1122,34 +1129,34 @@ def _figure_note(
         note += "; layers with the same layout drawn once: " + ", ".join(folds)
     if any(p.vectors for g in groups for p in g.panels):
         note += "; a layer's small vectors held whole everywhere share one panel"
-    # A path too long for its panel loses its start (the panels share it): say so.
-    longest = (
-        max(len(p.names[0]) for g in groups for p in g.panels if not p.vectors)
-        if any(not p.vectors for g in groups for p in g.panels)
-        else 0
-    )
-    headers = max((len(_header_text(g)) for g in groups), default=0)
-    if longest * 7 * 0.6 > panel_w * 72 - 8 or headers * 9 * 0.65 > panel_w * 72:
-        note += "; a name too long for its panel starts with '…/': the rest of its path"
+    if shortened:
+        note += "; a name that starts with '…/' lost its first parts (its header has them)"
     return note
+
+
+def _may_shorten(groups: list[_Group], panel_w: float) -> bool:
+    """Whether a panel's title or a header may need shortening (a generous estimate, so
+    that the note has room for saying so)."""
+    titles = [len(p.names[0]) * 7 * 0.6 for g in groups for p in g.panels if not p.vectors]
+    headers = [len(g.header) * 9 * 0.65 for g in groups]
+    return max([*titles, *headers, 0.0]) > panel_w * 72 - 14
 
 
 def _group_scale(g: _Group, w_pt: float, h_pt: float) -> Any:
     """How each grid panel of group ``g`` is sized: one scale (points per element) for the
     whole group, so that a 512 x 128 kernel is drawn as large as a 128 x 512 one, and a
-    floor (a third of the room) so that a thin array keeps room for its device numbers."""
+    floor (half the room, or 9 points a block) so that a thin array keeps its device numbers."""
     extents = [e for p in g.panels if not p.vectors for e in [_drawn_extent(p.leaves[0])] if e]
-    scale = min((min(w_pt / max(c, 1), h_pt / max(r, 1)) for r, c in extents), default=1.0)
+    scale = min((min(w_pt / max(c, 1), h_pt / max(r, 1)) for r, c, _, _ in extents), default=1.0)
 
     def size(panel: _Panel, room: tuple[float, float]) -> tuple[float, float] | None:
         extent = _drawn_extent(panel.leaves[0])
         if extent is None:
             return None
-        rows, cols = extent
-        return (
-            min(room[0], max(cols * scale, room[0] / 3)),
-            min(room[1], max(rows * scale, room[1] / 3)),
-        )
+        rows, cols, row_blocks, col_blocks = extent
+        # The floor: half the room, or 9 points a block, so that device numbers stay legible.
+        floor_w, floor_h = max(room[0] / 2, 9.0 * col_blocks), max(room[1] / 2, 9.0 * row_blocks)
+        return (min(room[0], max(cols * scale, floor_w)), min(room[1], max(rows * scale, floor_h)))
 
     return size
 
@@ -1172,10 +1179,12 @@ def _shorter(line: str) -> str | None:
     return line[: mid - cut] + "…" + line[mid + cut :]
 
 
-def _fit_width(t: Any, max_pt: float, renderer: Any, min_size: float = 6.0) -> None:
+def _fit_width(t: Any, max_pt: float, renderer: Any, min_size: float = 6.0) -> bool:
     """Make text ``t`` at most ``max_pt`` wide: its first line's path loses its start
     (``…/``) first, then the type gets smaller (down to ``min_size``), then the line is
-    cut in the middle; if nothing readable fits, the text is hidden."""
+    cut in the middle; if nothing readable fits, the text is hidden. Returns whether the
+    first line was cut."""
+    first_line = t.get_text().split("\n")[0]
     max_px = max_pt * renderer.points_to_pixels(1.0)
 
     def fits() -> bool:
@@ -1195,7 +1204,7 @@ def _fit_width(t: Any, max_pt: float, renderer: Any, min_size: float = 6.0) -> N
 
     for _ in range(200):
         if not t.get_text() or fits():
-            return
+            return t.get_text().split("\n")[0] != first_line
         if shorten(paths_only=True):
             continue
         if t.get_fontsize() > min_size:
@@ -1205,9 +1214,10 @@ def _fit_width(t: Any, max_pt: float, renderer: Any, min_size: float = 6.0) -> N
             break
     if not fits():
         t.set_visible(False)  # nothing readable fits: leave the space empty
+    return t.get_text().split("\n")[0] != first_line
 
 
-def _fit_header(t: Any, g: _Group, max_pt: float, renderer: Any) -> None:
+def _fit_header(t: Any, g: _Group, max_pt: float, renderer: Any) -> bool:
     """A group header in its room: shorter wording for a fold first, then ``_fit_width``."""
     max_px = max_pt * renderer.points_to_pixels(1.0)
     if g.count > 1:
@@ -1216,29 +1226,31 @@ def _fit_header(t: Any, g: _Group, max_pt: float, renderer: Any) -> None:
             f"{g.header} ({g.count} layers)",
         ):
             if t.get_window_extent(renderer).width <= max_px:
-                return
+                return False
             t.set_text(text)
-    _fit_width(t, max_pt, renderer, min_size=7.0)
+    return _fit_width(t, max_pt, renderer, min_size=7.0)
 
 
-def _fit_labels(fig: Figure, fits: list[tuple[Any, float]]) -> None:
-    """Shorten what would overflow its panel: a panel's title and axis labels, a header."""
+def _fit_labels(fig: Figure, fits: list[tuple[Any, float]]) -> bool:
+    """Shorten what would overflow its panel: a panel's title and axis labels, a header, a
+    vector's label. Returns whether a name lost its first parts (``…/``)."""
     renderer = _renderer(fig)
+    px = renderer.points_to_pixels(1.0)
+    cut = False
     for obj, width in fits:
         if isinstance(obj, tuple):  # (header, its group)
-            _fit_header(obj[0], obj[1], width, renderer)
+            cut |= _fit_header(obj[0], obj[1], width, renderer)
             continue
-        _fit_width(obj.title, width, renderer)
+        cut |= _fit_width(obj.title, width, renderer)
         if obj.axison:
             _fit_width(obj.xaxis.label, width, renderer)
-            h_pt = obj.get_window_extent(renderer).height / renderer.points_to_pixels(1.0)
-            label = obj.yaxis.label
-            label.set_text(label.get_text())
-            _fit_height(label, h_pt + 4.0, renderer)
+            _fit_height(obj.yaxis.label, obj.get_window_extent(renderer).height / px + 4.0,
+                        renderer)  # fmt: skip
         for t in obj.texts:
             if (t.get_gid() or "").startswith("vector-label:"):
-                _fit_width(t, obj.get_window_extent(renderer).width * 0.95
-                           / renderer.points_to_pixels(1.0), renderer, 4.5)  # fmt: skip
+                room = obj.get_window_extent(renderer).width * 0.95 / px
+                cut |= _fit_width(t, room, renderer, 4.5)
+    return cut
 
 
 def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
