@@ -509,147 +509,132 @@ def _to_scale(ax: Axes, size_pt: tuple[float, float]) -> None:
     ax.set_position([pos.x0 + (pos.width - w) / 2, pos.y1 - h, w, h])
 
 
-def _draw_sharding(
-    x: Any,
-    ax: Axes | None,
-    title: str | None,
-    compact: bool,
-    where: str,
-    size_pt: tuple[float, float] | None = None,
-) -> Axes:
-    shape, sharding = sharding_of(x, where)
-    shape = tuple(int(s) for s in shape)
-    local = tuple(int(s) for s in shard_shape(shape, sharding))
-    blocks = shard_layout(shape, sharding)
-    n_all = len(sharding.device_set)
-    drawn, folded = _layout_2d(shape, local)
+class _Layout:
+    """What ``_draw_sharding`` draws: the array's layout projected on its drawn dimensions.
 
-    # Project blocks onto the drawn dimensions, merging the devices of blocks that only
-    # differ in a folded dimension (only happens when more than two dims are sharded).
-    merged: dict[tuple[tuple[int, int], ...], list[int]] = {}
-    for b in blocks:
-        key = tuple((b.start[d], b.stop[d]) for d in drawn)
-        devs = merged.setdefault(key, [])
-        devs.extend(d for d in b.devices if d not in devs)
-    cells = [(key, sorted(devs)) for key, devs in sorted(merged.items())]
+    ``cells`` are ``(((start, stop) per drawn dim), devices)``: blocks that only differ in
+    a folded dimension (when more than two dims are sharded) are merged, with every device
+    holding a piece. ``rows, cols`` are the drawn extent in elements (1 for a missing dim).
+    """
 
-    # Geometry: x runs along the last drawn dim, y down the first one (row 0 at the top).
-    if len(drawn) == 2:
-        rows, cols = shape[drawn[0]], shape[drawn[1]]
-        ratio = rows / cols if cols else 1.0
-        lo, hi = (0.55, 1.3) if compact else (0.25, 4.0)
-        shown = float(np.clip(ratio, lo, hi))  # height / width as drawn
-        aspect = shown / ratio if ratio else 1.0
-        # The plot fits a 6 x 4.5 inch box, plus room for labels and the title.
-        plot_w = min(6.0, 4.5 / shown)
-        figsize = (plot_w + 1.6, plot_w * shown + 1.6)
-    elif drawn:  # rank 1: a strip
-        rows, cols = 1, shape[drawn[0]]
-        aspect = 0.16 * cols
-        figsize = (7.0, 2.4)
-    else:  # rank 0: one small box
-        rows, cols = 1, 1
-        aspect = 0.45
-        figsize = (4.5, 2.4)
-    ax = _fig_for(ax, figsize)
-    ax.set_xlim(0, max(cols, 1))
-    ax.set_ylim(max(rows, 1), 0)
-    if size_pt is not None and len(drawn) == 2:
-        _to_scale(ax, size_pt)  # drawn to the scale its group shares
-    else:
-        ax.set_aspect(aspect, adjustable="box")
-    w_pt, h_pt = _axes_size_pt(ax)
-    sx = w_pt / max(cols, 1)
-    sy = h_pt / max(rows, 1)
-    tick_size = 6.5 if compact else 8.5
-    label_size = 6.5 if compact else 9.5
+    def __init__(self, x: Any, where: str) -> None:
+        shape, self.sharding = sharding_of(x, where)
+        self.shape = tuple(int(s) for s in shape)
+        self.local = tuple(int(s) for s in shard_shape(self.shape, self.sharding))
+        self.blocks = shard_layout(self.shape, self.sharding)
+        self.n_all = len(self.sharding.device_set)
+        self.drawn, self.folded = _layout_2d(self.shape, self.local)
+        merged: dict[tuple[tuple[int, int], ...], list[int]] = {}
+        for b in self.blocks:
+            key = tuple((b.start[d], b.stop[d]) for d in self.drawn)
+            devs = merged.setdefault(key, [])
+            devs.extend(d for d in b.devices if d not in devs)
+        self.cells = [(key, sorted(devs)) for key, devs in sorted(merged.items())]
+        if len(self.drawn) == 2:
+            self.rows, self.cols = self.shape[self.drawn[0]], self.shape[self.drawn[1]]
+        else:
+            self.rows, self.cols = 1, (self.shape[self.drawn[0]] if self.drawn else 1)
 
-    for key, devs in cells:
-        if len(drawn) == 2:
+    def box(self, key: tuple[tuple[int, int], ...]) -> tuple[int, int, int, int]:
+        """``(c0, r0, w, h)`` of a cell: x along the last drawn dim, y down the first."""
+        if len(self.drawn) == 2:
             (r0, r1), (c0, c1) = key
-        elif len(drawn) == 1:
+        elif len(self.drawn) == 1:
             (c0, c1), (r0, r1) = key[0], (0, 1)
         else:
             (c0, c1), (r0, r1) = (0, 1), (0, 1)
-        w, h = c1 - c0, r1 - r0
-        start = tuple(k[0] for k in key)
-        stop = tuple(k[1] for k in key)
-        gid = f"block:start={start}:stop={stop}:devices={','.join(map(str, devs))}"
-        if len(devs) == 1:
-            face = device_color(devs[0])
-            ax.add_patch(
-                Rectangle((c0, r0), w, h, facecolor=face, edgecolor="white", linewidth=1.2, gid=gid)
-            )
-            ink, box = _text_color(face), None
-        else:
-            # A block several devices hold: a texture of thin diagonal stripes in their
-            # colours (so it does not read as split), its label on a white tag.
-            outline = Rectangle(
-                (c0, r0),
-                w,
-                h,
-                facecolor="none",
-                edgecolor="white",
-                linewidth=1.2,
-                zorder=1.5,
-                gid=gid,
-            )
-            ax.add_patch(outline)
-            _diagonal_stripes(ax, outline, (c0, r0, w, h), devs, sx, sy)
-            ink = "black"
-            box = {
-                "boxstyle": "round,pad=0.2",
-                "facecolor": "white",
-                "edgecolor": "0.5",
-                "alpha": 0.95,
-            }
-        label = _device_text(devs, n_all)
-        hi = 10.0 if compact else 13.0
-        # A device id keeps a margin inside its block, so that neighbours' digits never touch.
-        flat = _fit_fontsize(label, w * sx, h * sy, lo=0.0, hi=hi, fill=0.72)
-        upright = _fit_fontsize(label, h * sy, w * sx, lo=0.0, hi=hi, fill=0.72)
-        tall = h * sy > w * sx
-        rotation = 90 if tall and upright > flat * 1.25 and "\n" not in label else 0
-        size = upright if rotation else flat
-        ax.text(
-            c0 + w / 2,
-            r0 + h / 2,
-            label,
-            ha="center",
-            va="center",
-            fontsize=max(size, 4.5),
-            color=ink,
-            fontweight="bold",
-            bbox=box,
-            rotation=rotation,
-            clip_on=False,
-            # Too small to number legibly: left unnumbered, its colour names the device.
-            visible=size >= 4.5,
-            gid=f"block-label:{','.join(map(str, devs))}",
+        return c0, r0, c1 - c0, r1 - r0
+
+
+def _sharding_geometry(lay: _Layout, compact: bool) -> tuple[tuple[float, float], float]:
+    """``(figsize, aspect)``: rank 2+ as a grid whose proportions follow the shape (clamped),
+    rank 1 as a strip, rank 0 as one small box."""
+    if len(lay.drawn) == 2:
+        ratio = lay.rows / lay.cols if lay.cols else 1.0
+        lo, hi = (0.55, 1.3) if compact else (0.25, 4.0)
+        shown = float(np.clip(ratio, lo, hi))  # height / width as drawn
+        # The plot fits a 6 x 4.5 inch box, plus room for labels and the title.
+        plot_w = min(6.0, 4.5 / shown)
+        return (plot_w + 1.6, plot_w * shown + 1.6), (shown / ratio if ratio else 1.0)
+    if lay.drawn:
+        return (7.0, 2.4), 0.16 * lay.cols
+    return (4.5, 2.4), 0.45
+
+
+def _draw_block(
+    ax: Axes,
+    lay: _Layout,
+    key: tuple[tuple[int, int], ...],
+    devs: list[int],
+    scale: tuple[float, float],
+    compact: bool,
+) -> None:
+    """One block in its device's colour (striped in its holders' colours when several
+    hold it), and the device numbers in it, if they fit legibly."""
+    c0, r0, w, h = lay.box(key)
+    sx, sy = scale
+    start, stop = tuple(k[0] for k in key), tuple(k[1] for k in key)
+    gid = f"block:start={start}:stop={stop}:devices={','.join(map(str, devs))}"
+    if len(devs) == 1:
+        face = device_color(devs[0])
+        ax.add_patch(
+            Rectangle((c0, r0), w, h, facecolor=face, edgecolor="white", linewidth=1.2, gid=gid)
         )
+        ink, box = _text_color(face), None
+    else:
+        # A block several devices hold: a texture of thin diagonal stripes in their
+        # colours (so it does not read as split), its label on a white tag.
+        outline = Rectangle((c0, r0), w, h, facecolor="none", edgecolor="white",
+                            linewidth=1.2, zorder=1.5, gid=gid)  # fmt: skip
+        ax.add_patch(outline)
+        _diagonal_stripes(ax, outline, (c0, r0, w, h), devs, sx, sy)
+        ink = "black"
+        box = {"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "0.5",
+               "alpha": 0.95}  # fmt: skip
+    label = _device_text(devs, lay.n_all)
+    hi = 10.0 if compact else 13.0
+    # A device id keeps a margin inside its block, so that neighbours' digits never touch.
+    flat = _fit_fontsize(label, w * sx, h * sy, lo=0.0, hi=hi, fill=0.72)
+    upright = _fit_fontsize(label, h * sy, w * sx, lo=0.0, hi=hi, fill=0.72)
+    tall = h * sy > w * sx
+    rotation = 90 if tall and upright > flat * 1.25 and "\n" not in label else 0
+    size = upright if rotation else flat
+    ax.text(
+        c0 + w / 2, r0 + h / 2, label, ha="center", va="center", fontsize=max(size, 4.5),
+        color=ink, fontweight="bold", bbox=box, rotation=rotation, clip_on=False,
+        # Too small to number legibly: left unnumbered, its colour names the device.
+        visible=size >= 4.5, gid=f"block-label:{','.join(map(str, devs))}",
+    )  # fmt: skip
 
-    # Ticks at block boundaries (in elements), thinned to what the space allows.
-    def boundaries(dim: int, room_pt: float, along_x: bool) -> list[int]:
-        edges = sorted({b.start[dim] for b in blocks} | {shape[dim]})
-        per_tick = tick_size * (0.62 * len(str(shape[dim])) + 1.0) if along_x else tick_size * 1.6
-        fit = max(2, int(room_pt / per_tick))
-        if len(edges) > fit:
-            step = math.ceil((len(edges) - 1) / (fit - 1))
-            sel = edges[::step]
-            if sel[-1] != edges[-1]:
-                crowded = len(sel) >= 2 and edges[-1] - sel[-1] < (sel[1] - sel[0]) / 2
-                sel = sel[:-1] + [edges[-1]] if crowded else sel + [edges[-1]]
-            edges = sel
-        return edges
 
+def _tick_edges(lay: _Layout, dim: int, room_pt: float, along_x: bool, size: float) -> list[int]:
+    """Ticks at block boundaries (in elements), thinned to what ``room_pt`` allows."""
+    edges = sorted({b.start[dim] for b in lay.blocks} | {lay.shape[dim]})
+    per_tick = size * (0.62 * len(str(lay.shape[dim])) + 1.0) if along_x else size * 1.6
+    fit = max(2, int(room_pt / per_tick))
+    if len(edges) > fit:
+        step = math.ceil((len(edges) - 1) / (fit - 1))
+        sel = edges[::step]
+        if sel[-1] != edges[-1]:
+            crowded = len(sel) >= 2 and edges[-1] - sel[-1] < (sel[1] - sel[0]) / 2
+            sel = sel[:-1] + [edges[-1]] if crowded else sel + [edges[-1]]
+        edges = sel
+    return edges
+
+
+def _label_sharding_axes(ax: Axes, lay: _Layout, room: tuple[float, float], compact: bool) -> None:
+    """Ticks at block boundaries, and each drawn dimension's size and mesh axes."""
+    tick_size = 6.5 if compact else 8.5
+    label_size = 6.5 if compact else 9.5
+    sharding, shape, local, drawn = lay.sharding, lay.shape, lay.local, lay.drawn
     if len(drawn) >= 1:
-        ax.set_xticks(boundaries(drawn[-1], w_pt, along_x=True))
+        ax.set_xticks(_tick_edges(lay, drawn[-1], room[0], True, tick_size))
         ax.set_xlabel(_dim_label(shape, local, sharding, drawn[-1], compact), fontsize=label_size)
     else:
         ax.set_xticks([])
         ax.set_xlabel("scalar (rank 0): one value", fontsize=label_size)
     if len(drawn) == 2:
-        ax.set_yticks(boundaries(drawn[0], h_pt, along_x=False))
+        ax.set_yticks(_tick_edges(lay, drawn[0], room[1], False, tick_size))
         ax.set_ylabel(_dim_label(shape, local, sharding, drawn[0], compact), fontsize=label_size)
     else:
         ax.set_yticks([])
@@ -658,25 +643,49 @@ def _draw_sharding(
     for spine in ax.spines.values():
         spine.set_visible(False)
 
+
+def _sharding_title(lay: _Layout, title: str | None, compact: bool) -> str:
+    """The spec, the global and per-device shapes, and what is folded."""
+    shape, local, folded = lay.shape, lay.local, lay.folded
     lines = [title] if title else []
     if compact:
-        lines += [_spec_text(sharding), f"global {shape} -> per device {local}"]
+        lines += [_spec_text(lay.sharding), f"global {shape} -> per device {local}"]
     else:
-        lines.append(f"{_spec_text(sharding)}  global {shape} -> per device {local}")
+        lines.append(f"{_spec_text(lay.sharding)}  global {shape} -> per device {local}")
     if folded:
         desc = ", ".join(f"dim {d} ({shape[d]})" for d in folded)
-        split = [d for d in folded if local[d] < shape[d]]
-        note = (
-            "folded: each block spans it whole"
-            if len(folded) == 1
-            else "folded: each block spans them whole"
-        )
-        if split:
+        note = f"folded: each block spans {'it' if len(folded) == 1 else 'them'} whole"
+        if any(local[d] < shape[d] for d in folded):
             note = "folded (also split: a block lists every device holding a piece of it)"
         lines.append(f"{desc} {note}")
+    return "\n".join(lines)
+
+
+def _draw_sharding(
+    x: Any,
+    ax: Axes | None,
+    title: str | None,
+    compact: bool,
+    where: str,
+    size_pt: tuple[float, float] | None = None,
+) -> Axes:
+    lay = _Layout(x, where)
+    figsize, aspect = _sharding_geometry(lay, compact)
+    ax = _fig_for(ax, figsize)
+    ax.set_xlim(0, max(lay.cols, 1))
+    ax.set_ylim(max(lay.rows, 1), 0)
+    if size_pt is not None and len(lay.drawn) == 2:
+        _to_scale(ax, size_pt)  # drawn to the scale its group shares
+    else:
+        ax.set_aspect(aspect, adjustable="box")
+    w_pt, h_pt = _axes_size_pt(ax)
+    scale = (w_pt / max(lay.cols, 1), h_pt / max(lay.rows, 1))
+    for key, devs in lay.cells:
+        _draw_block(ax, lay, key, devs, scale, compact)
+    _label_sharding_axes(ax, lay, (w_pt, h_pt), compact)
     # The pad keeps the title clear of the top tick label (half of it stands above the box).
-    ax.set_title("\n".join(lines), fontsize=(7 if compact else 10.5), loc="center",
-                 pad=(8.0 if compact else 10.0))  # fmt: skip
+    ax.set_title(_sharding_title(lay, title, compact), fontsize=(7 if compact else 10.5),
+                 loc="center", pad=(8.0 if compact else 10.0))  # fmt: skip
     return ax
 
 
@@ -968,10 +977,45 @@ def draw_param_shardings(
 
     n_panels = sum(len(g.panels) for g in groups)
     ncols = 1 if n_panels == 1 else 2 if n_panels <= 4 else 3 if n_panels <= 9 else 4
-    # Flow the groups into rows: a group starts a new row unless it fits in what is left
-    # of the row, and the group after one that spilled onto a second row starts a new row
-    # too, so that no header stands beside another layer's headerless panels.
-    rows: list[list[tuple[_Group, _Panel, bool]]] = [[]]
+    rows = _flow_rows(groups, ncols)
+    geo = _Geometry(ncols)
+    note_of = lambda shortened: textwrap.fill(  # noqa: E731 - about 15 characters an inch at 8 pt
+        _figure_note(groups, len(leaves), n_panels, order is not None, shortened),
+        width=int(geo.fig_w * 15),
+    )
+    note = note_of(_may_shorten(groups, geo.panel_w))  # the room is kept for the longer note
+    geo.head = 0.62 + 0.17 * note.count("\n") + 0.2
+    heights = [geo.row_height(r) for r in rows]
+    geo.fig_h = max(5.0, geo.head + sum(heights))
+    fig = _new_figure((geo.fig_w, geo.fig_h))
+    fits = _draw_panels(fig, geo, groups, rows, heights)
+
+    bar_h = min(geo.fig_h - geo.head - 1.0, 4.0)
+    bar_ax = fig.add_axes(geo.rect(ncols * geo.panel_w + 0.85, geo.head + 0.5, geo.bar_w - 1.0,
+                                   bar_h))  # fmt: skip
+    n = len(leaves)
+    arrays = f"{n} array{'s' if n != 1 else ''}"
+    _bar_chart(bar_ax, per_device, arrays, bar_h)
+    total = sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize for _, leaf in leaves)
+    if title is None:
+        title = f"{arrays}, {format_bytes(total)} in total"
+    fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / geo.fig_h, va="top")
+    note_text = fig.text(0.5, 1 - 0.42 / geo.fig_h, note, ha="center", va="top", fontsize=8,
+                         color="0.3", gid="fold-note", linespacing=1.3)  # fmt: skip
+    shortened = _fit_labels(fig, fits)
+    if note_of(shortened).count("\n") <= note.count("\n"):  # else keep the reserved room's note
+        note_text.set_text(note_of(shortened))
+    return fig
+
+
+_Row = list[tuple[_Group, _Panel, bool]]  # (group, panel, is the group's first panel)
+
+
+def _flow_rows(groups: list[_Group], ncols: int) -> list[_Row]:
+    """Flow the groups into rows: a group starts a new row unless it fits in what is left
+    of the row, and the group after one that spilled onto a second row starts a new row
+    too, so that no header stands beside another layer's headerless panels."""
+    rows: list[_Row] = [[]]
     spilled = False
     for g in groups:
         if rows[-1] and (spilled or len(rows[-1]) + len(g.panels) > ncols):
@@ -982,60 +1026,62 @@ def draw_param_shardings(
                 rows.append([])
             rows[-1].append((g, panel, k == 0))
         spilled = len(rows) > first_row
+    return rows
 
-    # Fixed geometry in inches (no layout engine), so each panel knows its size while
-    # it is drawn and can size its labels to fit. A row of strips needs less height.
+
+class _Geometry:
+    """Fixed geometry in inches (no layout engine), so each panel knows its size while it
+    is drawn and can size its labels to fit. A row of strips needs less height."""
+
     panel_w, grid_h, strip_h, header_h = 2.5, 2.2, 1.45, 0.32
     pad_l, pad_r, pad_t, pad_b = 0.55, 0.15, 0.6, 0.45
     bar_w = 2.9
-    fig_w = ncols * panel_w + bar_w
-    note_of = lambda shortened: textwrap.fill(  # noqa: E731 - about 15 characters an inch at 8 pt
-        _figure_note(groups, len(leaves), n_panels, order is not None, shortened),
-        width=int(fig_w * 15),
-    )
-    note = note_of(_may_shorten(groups, panel_w))  # the room is kept for the longer note
-    head = 0.62 + 0.17 * note.count("\n") + 0.2
 
-    def row_height(row: list[tuple[_Group, _Panel, bool]]) -> float:
+    def __init__(self, ncols: int) -> None:
+        self.fig_w = ncols * self.panel_w + self.bar_w
+        self.fig_h = 5.0
+        self.head = 0.0
+
+    def row_height(self, row: _Row) -> float:
         strips = all(not p.vectors and len(p.leaves[0].shape) <= 1 for _, p, _ in row)
         vec_rows = max((len(p.names) for _, p, _ in row if p.vectors), default=0)
-        h = strip_h if strips else grid_h
+        h = self.strip_h if strips else self.grid_h
         h = max(h, 0.9 + 0.3 * vec_rows) if vec_rows else h
-        return h + (header_h if any(first and g.header for g, _, first in row) else 0.0)
+        return h + (self.header_h if any(first and g.header for g, _, first in row) else 0.0)
 
-    heights = [row_height(r) for r in rows]
-    fig_h = max(5.0, head + sum(heights))
-    fig = _new_figure((fig_w, fig_h))
-
-    def rect(x: float, y_top: float, w: float, h: float) -> list[float]:
+    def rect(self, x: float, y_top: float, w: float, h: float) -> list[float]:
         """Inches from the figure's top-left corner -> figure fractions."""
-        return [x / fig_w, 1 - (y_top + h) / fig_h, w / fig_w, h / fig_h]
+        return [x / self.fig_w, 1 - (y_top + h) / self.fig_h, w / self.fig_w, h / self.fig_h]
 
-    scales = {id(g): _group_scale(g, (panel_w - pad_l - pad_r) * 72.0,
-                                  (grid_h - pad_t - pad_b) * 72.0) for g in groups}  # fmt: skip
-    fits: list[tuple[Any, float]] = []  # (Axes or header, the width in points it may take)
-    y = head
+    def grid_room_pt(self) -> tuple[float, float]:
+        """Width and height in points of a grid panel's drawing box."""
+        return ((self.panel_w - self.pad_l - self.pad_r) * 72.0,
+                (self.grid_h - self.pad_t - self.pad_b) * 72.0)  # fmt: skip
+
+
+def _draw_panels(
+    fig: Figure, geo: _Geometry, groups: list[_Group], rows: list[_Row], heights: list[float]
+) -> list[tuple[Any, float]]:
+    """Every header and panel, row by row; returns what ``_fit_labels`` must fit: ``(Axes
+    or (header, group), the width in points it may take)``."""
+    scales = {id(g): _group_scale(g, *geo.grid_room_pt()) for g in groups}
+    fits: list[tuple[Any, float]] = []
+    y = geo.head
     for row, h in zip(rows, heights, strict=True):
         has_header = any(first and g.header for g, _, first in row)
-        top = y + (header_h if has_header else 0.0)
+        top = y + (geo.header_h if has_header else 0.0)
         for c, (g, panel, first) in enumerate(row):
             if first and g.header:
-                header = fig.text(
-                    (c * panel_w + 0.12) / fig_w,
-                    1 - (y + 0.24) / fig_h,
-                    _header_text(g),
-                    ha="left",
-                    va="baseline",
-                    fontsize=9,
-                    fontweight="bold",
-                    color="0.15",
-                    gid=f"group:{g.header}",
-                )
-            vec_pad_t = 0.45 if panel.vectors else pad_t
+                header = fig.text((c * geo.panel_w + 0.12) / geo.fig_w, 1 - (y + 0.24) / geo.fig_h,
+                                  _header_text(g), ha="left", va="baseline", fontsize=9,
+                                  fontweight="bold", color="0.15", gid=f"group:{g.header}")  # fmt: skip
+                span = sum(1 for g2, _, _ in row if g2 is g)
+                fits.append(((header, g), span * geo.panel_w * 72.0 - 14.0))
+            left = geo.pad_l * (0.3 if panel.vectors else 1)
+            pad_t = 0.45 if panel.vectors else geo.pad_t
             ax = fig.add_axes(
-                rect(c * panel_w + pad_l * (0.3 if panel.vectors else 1), top + vec_pad_t,
-                     panel_w - pad_l * (0.3 if panel.vectors else 1) - pad_r,
-                     h - (top - y) - vec_pad_t - (0.15 if panel.vectors else pad_b))
+                geo.rect(c * geo.panel_w + left, top + pad_t, geo.panel_w - left - geo.pad_r,
+                         h - (top - y) - pad_t - (0.15 if panel.vectors else geo.pad_b))
             )  # fmt: skip
             if panel.vectors:
                 ax.set_gid("vectors:" + ",".join(panel.paths))
@@ -1047,14 +1093,13 @@ def draw_param_shardings(
                     where=f"draw_param_shardings: parameter '{panel.paths[0]}'",
                     size_pt=scales[id(g)](panel, _axes_size_pt(ax)),
                 )  # fmt: skip
-            fits.append((ax, panel_w * 72.0 - 8.0))
-            if first and g.header:
-                span = sum(1 for g2, _, _ in row if g2 is g)
-                fits.append(((header, g), span * panel_w * 72.0 - 14.0))
+            fits.append((ax, geo.panel_w * 72.0 - 8.0))
         y += h
+    return fits
 
-    bar_h = min(fig_h - head - 1.0, 4.0)
-    bar_ax = fig.add_axes(rect(ncols * panel_w + 0.85, head + 0.5, bar_w - 1.0, bar_h))
+
+def _bar_chart(bar_ax: Axes, per_device: dict[str, int], arrays: str, bar_h: float) -> None:
+    """Bytes held per device, one bar each in its device's colour, its value above it."""
     bar_ax.set_gid("bytes-per-device")
     ids = [_device_id_of_key(k) for k in per_device]
     heights_b = list(per_device.values())
@@ -1080,31 +1125,11 @@ def draw_param_shardings(
     bar_ax.set_ylim(0, top * 1.015 / (1 - room) if top else 1)
     if len(ids) <= 16:
         for bar, hb in zip(bars, heights_b, strict=True):
-            bar_ax.text(
-                bar.get_x() + bar.get_width() / 2,
-                hb + top * 0.015,
-                format_bytes(hb),
-                ha="center",
-                va="bottom",
-                fontsize=6.5,
-                rotation=90,
-            )
-    n = len(leaves)
-    arrays = f"{n} array{'s' if n != 1 else ''}"
+            bar_ax.text(bar.get_x() + bar.get_width() / 2, hb + top * 0.015, format_bytes(hb),
+                        ha="center", va="bottom", fontsize=6.5, rotation=90)  # fmt: skip
     bar_ax.set_title(f"bytes held per device:\nthe sum of all {arrays} drawn", fontsize=9)
     for side in ("top", "right"):
         bar_ax.spines[side].set_visible(False)
-
-    total = sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize for _, leaf in leaves)
-    if title is None:
-        title = f"{arrays}, {format_bytes(total)} in total"
-    fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / fig_h, va="top")
-    note_text = fig.text(0.5, 1 - 0.42 / fig_h, note, ha="center", va="top", fontsize=8,
-                         color="0.3", gid="fold-note", linespacing=1.3)  # fmt: skip
-    shortened = _fit_labels(fig, fits)
-    if note_of(shortened).count("\n") <= note.count("\n"):  # else keep the reserved room's note
-        note_text.set_text(note_of(shortened))
-    return fig
 
 
 def _header_text(g: _Group) -> str:
