@@ -159,49 +159,17 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
       ``LineCollection`` with ``gid="process-frame:<k>"`` and each bracket's text has
       ``gid="process-label:<k>"`` (in-cell labels: ``gid="process:<device id>"``).
     """
-    devices = getattr(mesh, "devices", None)
-    if not isinstance(mesh, Mesh) or not isinstance(devices, np.ndarray):
-        raise ValueError(
-            f"draw_mesh: expected a jax.sharding.Mesh with devices, got {type(mesh).__name__}. "
-            "Make one with helpers.make_mesh(shape, names)."
-        )
-    names = tuple(str(n) for n in mesh.axis_names)
-    shape = tuple(int(s) for s in devices.shape)
-    if len(shape) == 0:
-        raise ValueError("draw_mesh: the mesh has no axes.")
-    if len(shape) == 1:
-        grids = [devices.reshape(1, shape[0])]
-        headers: list[str | None] = [None]
-        row_name, col_name = None, f"{names[0]} ({shape[0]})"
-    else:
-        lead_shape = shape[:-2]
-        flat = devices.reshape((-1, shape[-2], shape[-1]))
-        grids = list(flat)
-        headers = []
-        for idx in np.ndindex(*lead_shape):
-            headers.append(
-                ", ".join(f"{n} = {i}" for n, i in zip(names[:-2], idx, strict=True)) or None
-            )
-        row_name = f"{names[-2]} ({shape[-2]})"
-        col_name = f"{names[-1]} ({shape[-1]})"
-
-    owners = [np.vectorize(lambda d: int(getattr(d, "process_index", 0)))(g) for g in grids]
-    n_procs = len(np.unique(np.concatenate([o.ravel() for o in owners])))
-    multi_process = n_procs > 1
+    names, shape, grids, headers = _mesh_grids(mesh)
+    row_name = f"{names[-2]} ({shape[-2]})" if len(shape) > 1 else None
+    col_name = f"{names[-1]} ({shape[-1]})"
+    owners, n_procs, brackets = _process_brackets(grids)
     n_rows, n_cols = grids[0].shape
-    # Where the process brackets go: "rows" (right), "cols" (below) or "cells" (p<k> inside).
-    brackets = None
-    if multi_process:
-        by_rows = all((o == o[:, :1]).all() for o in owners)
-        by_cols = all((o == o[:1, :]).all() for o in owners)
-        brackets = "rows" if by_rows else "cols" if by_cols else "cells"
     right = 1.9 if brackets == "rows" else 0.1
     bottom = 0.9 if brackets == "cols" else 0.1
     gap = 1.0 + (right - 0.1)
     total_w = len(grids) * n_cols + (len(grids) - 1) * gap
     left_margin = 1.0 if row_name else 0.2
     top_margin = 1.0 + (0.55 if headers[0] else 0.0)
-
     ax = _fig_for(
         ax,
         (
@@ -215,112 +183,112 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
     ax.set_axis_off()
     w_pt, h_pt = _axes_size_pt(ax)
     cell_pt = min(w_pt / (total_w + left_margin + 0.1), h_pt / (n_rows + top_margin + 0.1))
-    id_size = float(np.clip(cell_pt * 0.32, 6, 18))
-    small = float(np.clip(cell_pt * 0.17, 5, 11))
-    label_size = float(np.clip(cell_pt * 0.2, 7, 12))
-
+    sizes = (
+        float(np.clip(cell_pt * 0.32, 6, 18)),  # device ids
+        float(np.clip(cell_pt * 0.17, 5, 11)),  # indices, p<k>
+        float(np.clip(cell_pt * 0.2, 7, 12)),  # axis names, headers
+    )
     for g, (grid, header) in enumerate(zip(grids, headers, strict=True)):
         x0 = g * (n_cols + gap)
-        for r in range(n_rows):
-            for c in range(n_cols):
-                d = grid[r, c]
-                did = int(d.id)
-                face = device_color(did)
-                ax.add_patch(
-                    Rectangle(
-                        (x0 + c + 0.04, r + 0.04),
-                        0.92,
-                        0.92,
-                        facecolor=face,
-                        edgecolor="white",
-                        linewidth=1.0,
-                        gid=f"device:{did}",
-                    )
-                )
-                ink = _text_color(face)
-                y = r + (0.42 if brackets == "cells" else 0.5)
-                ax.text(
-                    x0 + c + 0.5,
-                    y,
-                    str(did),
-                    ha="center",
-                    va="center",
-                    fontsize=id_size,
-                    fontweight="bold",
-                    color=ink,
-                    gid=f"device-id:{did}",
-                )
-                if brackets == "cells":
-                    ax.text(
-                        x0 + c + 0.5,
-                        r + 0.78,
-                        f"p{int(d.process_index)}",
-                        ha="center",
-                        va="center",
-                        fontsize=small,
-                        color=ink,
-                        gid=f"process:{did}",
-                    )
-        if multi_process:
-            _frame_processes(ax, owners[g], x0, brackets, label_size)
-        # Index numbers along the sides, then the axis names.
-        for c in range(n_cols):
-            ax.text(
-                x0 + c + 0.5, -0.15, str(c), ha="center", va="bottom", fontsize=small, color="0.35"
-            )
-        ax.text(
-            x0 + n_cols / 2,
-            -0.55,
-            col_name,
-            ha="center",
-            va="bottom",
-            fontsize=label_size,
-            fontweight="bold",
-            gid="axis-label:col",
-        )
-        if header:
-            ax.text(
-                x0 + n_cols / 2,
-                -1.0,
-                header,
-                ha="center",
-                va="bottom",
-                fontsize=label_size,
-                fontweight="bold",
-                color="0.15",
-                gid="grid-header",
-                bbox={"boxstyle": "round,pad=0.25", "facecolor": "0.92", "edgecolor": "0.7"},
-            )
-        if row_name and g == 0:
-            for r in range(n_rows):
-                ax.text(
-                    x0 - 0.12,
-                    r + 0.5,
-                    str(r),
-                    ha="right",
-                    va="center",
-                    fontsize=small,
-                    color="0.35",
-                )
-            ax.text(
-                x0 - 0.55,
-                n_rows / 2,
-                row_name,
-                ha="right",
-                va="center",
-                rotation=90,
-                fontsize=label_size,
-                fontweight="bold",
-                gid="axis-label:row",
-            )
-
+        _draw_mesh_cells(ax, grid, x0, brackets, sizes)
+        if n_procs > 1:
+            _frame_processes(ax, owners[g], x0, brackets, sizes[2])
+        _label_mesh_grid(ax, grid.shape, x0, header, col_name, row_name if g == 0 else None,
+                         sizes)  # fmt: skip
     dims = " x ".join(f"{n} ({s})" for n, s in zip(names, shape, strict=True))
-    n_dev = devices.size
-    procs = f", {n_procs} processes (framed)" if multi_process else ""
+    n_dev = math.prod(shape)
+    procs = f", {n_procs} processes (framed)" if n_procs > 1 else ""
     ax.set_title(
-        f"Mesh {dims}: {n_dev} device{'s' if n_dev != 1 else ''}{procs}", fontsize=label_size + 1
+        f"Mesh {dims}: {n_dev} device{'s' if n_dev != 1 else ''}{procs}", fontsize=sizes[2] + 1
     )
     return ax
+
+
+def _mesh_grids(mesh: Mesh) -> tuple[tuple[str, ...], tuple[int, ...], list[Any], list[str | None]]:
+    """``(axis names, shape, 2-D grids of devices, a header per grid)``: a 1-D mesh is one
+    row; from 3-D on, one grid per index of all but the last two axes."""
+    devices = getattr(mesh, "devices", None)
+    if not isinstance(mesh, Mesh) or not isinstance(devices, np.ndarray):
+        raise ValueError(
+            f"draw_mesh: expected a jax.sharding.Mesh with devices, got {type(mesh).__name__}. "
+            "Make one with helpers.make_mesh(shape, names)."
+        )
+    names = tuple(str(n) for n in mesh.axis_names)
+    shape = tuple(int(s) for s in devices.shape)
+    if len(shape) == 0:
+        raise ValueError("draw_mesh: the mesh has no axes.")
+    if len(shape) == 1:
+        return names, shape, [devices.reshape(1, shape[0])], [None]
+    headers: list[str | None] = [
+        ", ".join(f"{n} = {i}" for n, i in zip(names[:-2], idx, strict=True)) or None
+        for idx in np.ndindex(*shape[:-2])
+    ]
+    return names, shape, list(devices.reshape((-1, shape[-2], shape[-1]))), headers
+
+
+def _process_brackets(grids: list[Any]) -> tuple[list[np.ndarray], int, str | None]:
+    """Each grid's owning process per cell, the process count, and where the brackets go:
+    ``"rows"`` (right), ``"cols"`` (below), ``"cells"`` (``p<k>`` inside), None (one process)."""
+    owners = [np.vectorize(lambda d: int(getattr(d, "process_index", 0)))(g) for g in grids]
+    n_procs = len(np.unique(np.concatenate([o.ravel() for o in owners])))
+    if n_procs <= 1:
+        return owners, n_procs, None
+    if all((o == o[:, :1]).all() for o in owners):
+        return owners, n_procs, "rows"
+    if all((o == o[:1, :]).all() for o in owners):
+        return owners, n_procs, "cols"
+    return owners, n_procs, "cells"
+
+
+def _draw_mesh_cells(
+    ax: Axes, grid: Any, x0: float, brackets: str | None, sizes: tuple[float, float, float]
+) -> None:
+    """One cell per device in its colour, its id inside (and ``p<k>`` when the processes
+    are named per cell)."""
+    id_size, small, _ = sizes
+    for r in range(grid.shape[0]):
+        for c in range(grid.shape[1]):
+            d = grid[r, c]
+            did = int(d.id)
+            face = device_color(did)
+            ax.add_patch(Rectangle((x0 + c + 0.04, r + 0.04), 0.92, 0.92, facecolor=face,
+                                   edgecolor="white", linewidth=1.0, gid=f"device:{did}"))  # fmt: skip
+            ink = _text_color(face)
+            y = r + (0.42 if brackets == "cells" else 0.5)
+            ax.text(x0 + c + 0.5, y, str(did), ha="center", va="center", fontsize=id_size,
+                    fontweight="bold", color=ink, gid=f"device-id:{did}")  # fmt: skip
+            if brackets == "cells":
+                ax.text(x0 + c + 0.5, r + 0.78, f"p{int(d.process_index)}", ha="center",
+                        va="center", fontsize=small, color=ink, gid=f"process:{did}")  # fmt: skip
+
+
+def _label_mesh_grid(
+    ax: Axes,
+    grid_shape: tuple[int, int],
+    x0: float,
+    header: str | None,
+    col_name: str,
+    row_name: str | None,
+    sizes: tuple[float, float, float],
+) -> None:
+    """Index numbers along the sides of one grid, the axis names, and its header."""
+    n_rows, n_cols = grid_shape
+    _, small, label_size = sizes
+    for c in range(n_cols):
+        ax.text(x0 + c + 0.5, -0.15, str(c), ha="center", va="bottom", fontsize=small,
+                color="0.35")  # fmt: skip
+    ax.text(x0 + n_cols / 2, -0.55, col_name, ha="center", va="bottom", fontsize=label_size,
+            fontweight="bold", gid="axis-label:col")  # fmt: skip
+    if header:
+        ax.text(x0 + n_cols / 2, -1.0, header, ha="center", va="bottom", fontsize=label_size,
+                fontweight="bold", color="0.15", gid="grid-header",
+                bbox={"boxstyle": "round,pad=0.25", "facecolor": "0.92", "edgecolor": "0.7"})  # fmt: skip
+    if row_name:
+        for r in range(n_rows):
+            ax.text(x0 - 0.12, r + 0.5, str(r), ha="right", va="center", fontsize=small,
+                    color="0.35")  # fmt: skip
+        ax.text(x0 - 0.55, n_rows / 2, row_name, ha="right", va="center", rotation=90,
+                fontsize=label_size, fontweight="bold", gid="axis-label:row")  # fmt: skip
 
 
 def _runs(keys: Sequence[int]) -> list[tuple[int, int, int]]:
