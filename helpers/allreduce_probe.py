@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from helpers.cli import OneLineParser, host_port, refuse, whole_number
 from helpers.launcher import LOOPBACK, free_loopback_port, launch
 from helpers.multiprocess import connect
 
@@ -40,20 +41,37 @@ _RESULT = "RESULT "
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m helpers.allreduce_probe",
         description="Time a small all-reduce, one process per device (see the module doc).",
     )
-    p.add_argument("--coordinator", help="HOST:PORT of process 0's coordination service")
-    p.add_argument("--num-processes", type=int, default=1)
-    p.add_argument("--process-id", type=int, default=0)
+    p.add_argument(
+        "--coordinator", type=host_port, help="HOST:PORT of process 0's coordination service"
+    )
+    p.add_argument("--num-processes", type=whole_number(1, 65536), default=1)
+    p.add_argument("--process-id", type=whole_number(0, 65535), default=0)
     p.add_argument("--platform", choices=("gpu", "cpu"), default="gpu")
-    p.add_argument("--nbytes", type=int, default=1 << 20, help="bytes per device (default 1 MiB)")
-    p.add_argument("--iters", type=int, default=20, help="timed all-reduces (default 20)")
-    p.add_argument("--init-timeout", type=int, default=120)
+    p.add_argument(
+        "--nbytes",
+        type=whole_number(4, 1 << 34),
+        default=1 << 20,
+        help="bytes per device (default 1 MiB)",
+    )
+    p.add_argument(
+        "--iters", type=whole_number(1, 100_000), default=20, help="timed all-reduces (default 20)"
+    )
+    p.add_argument("--init-timeout", type=whole_number(1), default=120)
     p.add_argument("--compare", action="store_true", help="launch the comparison (no GPU arg)")
-    p.add_argument("--num-gpus", type=int, default=2, help="with --compare: processes to start")
+    p.add_argument(
+        "--num-gpus",
+        type=whole_number(1, 1024),
+        default=2,
+        help="with --compare: processes to start",
+    )
     args = p.parse_args(argv)
+    if args.process_id >= args.num_processes:
+        refuse(p, "--process-id", f"0 .. --num-processes - 1 (0 .. {args.num_processes - 1}), "
+               f"got {args.process_id}")  # fmt: skip
     args.heartbeat_timeout = None
     args.simulated_devices = 1 if args.platform == "cpu" else None
     return args

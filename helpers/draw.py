@@ -159,49 +159,17 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
       ``LineCollection`` with ``gid="process-frame:<k>"`` and each bracket's text has
       ``gid="process-label:<k>"`` (in-cell labels: ``gid="process:<device id>"``).
     """
-    devices = getattr(mesh, "devices", None)
-    if not isinstance(mesh, Mesh) or not isinstance(devices, np.ndarray):
-        raise ValueError(
-            f"draw_mesh: expected a jax.sharding.Mesh with devices, got {type(mesh).__name__}. "
-            "Make one with helpers.make_mesh(shape, names)."
-        )
-    names = tuple(str(n) for n in mesh.axis_names)
-    shape = tuple(int(s) for s in devices.shape)
-    if len(shape) == 0:
-        raise ValueError("draw_mesh: the mesh has no axes.")
-    if len(shape) == 1:
-        grids = [devices.reshape(1, shape[0])]
-        headers: list[str | None] = [None]
-        row_name, col_name = None, f"{names[0]} ({shape[0]})"
-    else:
-        lead_shape = shape[:-2]
-        flat = devices.reshape((-1, shape[-2], shape[-1]))
-        grids = list(flat)
-        headers = []
-        for idx in np.ndindex(*lead_shape):
-            headers.append(
-                ", ".join(f"{n} = {i}" for n, i in zip(names[:-2], idx, strict=True)) or None
-            )
-        row_name = f"{names[-2]} ({shape[-2]})"
-        col_name = f"{names[-1]} ({shape[-1]})"
-
-    owners = [np.vectorize(lambda d: int(getattr(d, "process_index", 0)))(g) for g in grids]
-    n_procs = len(np.unique(np.concatenate([o.ravel() for o in owners])))
-    multi_process = n_procs > 1
+    names, shape, grids, headers = _mesh_grids(mesh)
+    row_name = f"{names[-2]} ({shape[-2]})" if len(shape) > 1 else None
+    col_name = f"{names[-1]} ({shape[-1]})"
+    owners, n_procs, brackets = _process_brackets(grids)
     n_rows, n_cols = grids[0].shape
-    # Where the process brackets go: "rows" (right), "cols" (below) or "cells" (p<k> inside).
-    brackets = None
-    if multi_process:
-        by_rows = all((o == o[:, :1]).all() for o in owners)
-        by_cols = all((o == o[:1, :]).all() for o in owners)
-        brackets = "rows" if by_rows else "cols" if by_cols else "cells"
     right = 1.9 if brackets == "rows" else 0.1
     bottom = 0.9 if brackets == "cols" else 0.1
     gap = 1.0 + (right - 0.1)
     total_w = len(grids) * n_cols + (len(grids) - 1) * gap
     left_margin = 1.0 if row_name else 0.2
     top_margin = 1.0 + (0.55 if headers[0] else 0.0)
-
     ax = _fig_for(
         ax,
         (
@@ -215,112 +183,112 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
     ax.set_axis_off()
     w_pt, h_pt = _axes_size_pt(ax)
     cell_pt = min(w_pt / (total_w + left_margin + 0.1), h_pt / (n_rows + top_margin + 0.1))
-    id_size = float(np.clip(cell_pt * 0.32, 6, 18))
-    small = float(np.clip(cell_pt * 0.17, 5, 11))
-    label_size = float(np.clip(cell_pt * 0.2, 7, 12))
-
+    sizes = (
+        float(np.clip(cell_pt * 0.32, 6, 18)),  # device ids
+        float(np.clip(cell_pt * 0.17, 5, 11)),  # indices, p<k>
+        float(np.clip(cell_pt * 0.2, 7, 12)),  # axis names, headers
+    )
     for g, (grid, header) in enumerate(zip(grids, headers, strict=True)):
         x0 = g * (n_cols + gap)
-        for r in range(n_rows):
-            for c in range(n_cols):
-                d = grid[r, c]
-                did = int(d.id)
-                face = device_color(did)
-                ax.add_patch(
-                    Rectangle(
-                        (x0 + c + 0.04, r + 0.04),
-                        0.92,
-                        0.92,
-                        facecolor=face,
-                        edgecolor="white",
-                        linewidth=1.0,
-                        gid=f"device:{did}",
-                    )
-                )
-                ink = _text_color(face)
-                y = r + (0.42 if brackets == "cells" else 0.5)
-                ax.text(
-                    x0 + c + 0.5,
-                    y,
-                    str(did),
-                    ha="center",
-                    va="center",
-                    fontsize=id_size,
-                    fontweight="bold",
-                    color=ink,
-                    gid=f"device-id:{did}",
-                )
-                if brackets == "cells":
-                    ax.text(
-                        x0 + c + 0.5,
-                        r + 0.78,
-                        f"p{int(d.process_index)}",
-                        ha="center",
-                        va="center",
-                        fontsize=small,
-                        color=ink,
-                        gid=f"process:{did}",
-                    )
-        if multi_process:
-            _frame_processes(ax, owners[g], x0, brackets, label_size)
-        # Index numbers along the sides, then the axis names.
-        for c in range(n_cols):
-            ax.text(
-                x0 + c + 0.5, -0.15, str(c), ha="center", va="bottom", fontsize=small, color="0.35"
-            )
-        ax.text(
-            x0 + n_cols / 2,
-            -0.55,
-            col_name,
-            ha="center",
-            va="bottom",
-            fontsize=label_size,
-            fontweight="bold",
-            gid="axis-label:col",
-        )
-        if header:
-            ax.text(
-                x0 + n_cols / 2,
-                -1.0,
-                header,
-                ha="center",
-                va="bottom",
-                fontsize=label_size,
-                fontweight="bold",
-                color="0.15",
-                gid="grid-header",
-                bbox={"boxstyle": "round,pad=0.25", "facecolor": "0.92", "edgecolor": "0.7"},
-            )
-        if row_name and g == 0:
-            for r in range(n_rows):
-                ax.text(
-                    x0 - 0.12,
-                    r + 0.5,
-                    str(r),
-                    ha="right",
-                    va="center",
-                    fontsize=small,
-                    color="0.35",
-                )
-            ax.text(
-                x0 - 0.55,
-                n_rows / 2,
-                row_name,
-                ha="right",
-                va="center",
-                rotation=90,
-                fontsize=label_size,
-                fontweight="bold",
-                gid="axis-label:row",
-            )
-
+        _draw_mesh_cells(ax, grid, x0, brackets, sizes)
+        if n_procs > 1:
+            _frame_processes(ax, owners[g], x0, brackets, sizes[2])
+        _label_mesh_grid(ax, grid.shape, x0, header, col_name, row_name if g == 0 else None,
+                         sizes)  # fmt: skip
     dims = " x ".join(f"{n} ({s})" for n, s in zip(names, shape, strict=True))
-    n_dev = devices.size
-    procs = f", {n_procs} processes (framed)" if multi_process else ""
+    n_dev = math.prod(shape)
+    procs = f", {n_procs} processes (framed)" if n_procs > 1 else ""
     ax.set_title(
-        f"Mesh {dims}: {n_dev} device{'s' if n_dev != 1 else ''}{procs}", fontsize=label_size + 1
+        f"Mesh {dims}: {n_dev} device{'s' if n_dev != 1 else ''}{procs}", fontsize=sizes[2] + 1
     )
     return ax
+
+
+def _mesh_grids(mesh: Mesh) -> tuple[tuple[str, ...], tuple[int, ...], list[Any], list[str | None]]:
+    """``(axis names, shape, 2-D grids of devices, a header per grid)``: a 1-D mesh is one
+    row; from 3-D on, one grid per index of all but the last two axes."""
+    devices = getattr(mesh, "devices", None)
+    if not isinstance(mesh, Mesh) or not isinstance(devices, np.ndarray):
+        raise ValueError(
+            f"draw_mesh: expected a jax.sharding.Mesh with devices, got {type(mesh).__name__}. "
+            "Make one with helpers.make_mesh(shape, names)."
+        )
+    names = tuple(str(n) for n in mesh.axis_names)
+    shape = tuple(int(s) for s in devices.shape)
+    if len(shape) == 0:
+        raise ValueError("draw_mesh: the mesh has no axes.")
+    if len(shape) == 1:
+        return names, shape, [devices.reshape(1, shape[0])], [None]
+    headers: list[str | None] = [
+        ", ".join(f"{n} = {i}" for n, i in zip(names[:-2], idx, strict=True)) or None
+        for idx in np.ndindex(*shape[:-2])
+    ]
+    return names, shape, list(devices.reshape((-1, shape[-2], shape[-1]))), headers
+
+
+def _process_brackets(grids: list[Any]) -> tuple[list[np.ndarray], int, str | None]:
+    """Each grid's owning process per cell, the process count, and where the brackets go:
+    ``"rows"`` (right), ``"cols"`` (below), ``"cells"`` (``p<k>`` inside), None (one process)."""
+    owners = [np.vectorize(lambda d: int(getattr(d, "process_index", 0)))(g) for g in grids]
+    n_procs = len(np.unique(np.concatenate([o.ravel() for o in owners])))
+    if n_procs <= 1:
+        return owners, n_procs, None
+    if all((o == o[:, :1]).all() for o in owners):
+        return owners, n_procs, "rows"
+    if all((o == o[:1, :]).all() for o in owners):
+        return owners, n_procs, "cols"
+    return owners, n_procs, "cells"
+
+
+def _draw_mesh_cells(
+    ax: Axes, grid: Any, x0: float, brackets: str | None, sizes: tuple[float, float, float]
+) -> None:
+    """One cell per device in its colour, its id inside (and ``p<k>`` when the processes
+    are named per cell)."""
+    id_size, small, _ = sizes
+    for r in range(grid.shape[0]):
+        for c in range(grid.shape[1]):
+            d = grid[r, c]
+            did = int(d.id)
+            face = device_color(did)
+            ax.add_patch(Rectangle((x0 + c + 0.04, r + 0.04), 0.92, 0.92, facecolor=face,
+                                   edgecolor="white", linewidth=1.0, gid=f"device:{did}"))  # fmt: skip
+            ink = _text_color(face)
+            y = r + (0.42 if brackets == "cells" else 0.5)
+            ax.text(x0 + c + 0.5, y, str(did), ha="center", va="center", fontsize=id_size,
+                    fontweight="bold", color=ink, gid=f"device-id:{did}")  # fmt: skip
+            if brackets == "cells":
+                ax.text(x0 + c + 0.5, r + 0.78, f"p{int(d.process_index)}", ha="center",
+                        va="center", fontsize=small, color=ink, gid=f"process:{did}")  # fmt: skip
+
+
+def _label_mesh_grid(
+    ax: Axes,
+    grid_shape: tuple[int, int],
+    x0: float,
+    header: str | None,
+    col_name: str,
+    row_name: str | None,
+    sizes: tuple[float, float, float],
+) -> None:
+    """Index numbers along the sides of one grid, the axis names, and its header."""
+    n_rows, n_cols = grid_shape
+    _, small, label_size = sizes
+    for c in range(n_cols):
+        ax.text(x0 + c + 0.5, -0.15, str(c), ha="center", va="bottom", fontsize=small,
+                color="0.35")  # fmt: skip
+    ax.text(x0 + n_cols / 2, -0.55, col_name, ha="center", va="bottom", fontsize=label_size,
+            fontweight="bold", gid="axis-label:col")  # fmt: skip
+    if header:
+        ax.text(x0 + n_cols / 2, -1.0, header, ha="center", va="bottom", fontsize=label_size,
+                fontweight="bold", color="0.15", gid="grid-header",
+                bbox={"boxstyle": "round,pad=0.25", "facecolor": "0.92", "edgecolor": "0.7"})  # fmt: skip
+    if row_name:
+        for r in range(n_rows):
+            ax.text(x0 - 0.12, r + 0.5, str(r), ha="right", va="center", fontsize=small,
+                    color="0.35")  # fmt: skip
+        ax.text(x0 - 0.55, n_rows / 2, row_name, ha="right", va="center", rotation=90,
+                fontsize=label_size, fontweight="bold", gid="axis-label:row")  # fmt: skip
 
 
 def _runs(keys: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -487,135 +455,154 @@ def _diagonal_stripes(
         band.set_clip_path(clip)
 
 
-def _draw_sharding(x: Any, ax: Axes | None, title: str | None, compact: bool, where: str) -> Axes:
-    shape, sharding = sharding_of(x, where)
+def _drawn_extent(x: Any) -> tuple[int, int, int, int] | None:
+    """``(rows, cols, row blocks, col blocks)`` of what ``_draw_sharding`` draws as a grid:
+    its size in elements and how many blocks it is cut into along each (None: a strip)."""
+    shape, sharding = sharding_of(x)
     shape = tuple(int(s) for s in shape)
     local = tuple(int(s) for s in shard_shape(shape, sharding))
-    blocks = shard_layout(shape, sharding)
-    n_all = len(sharding.device_set)
-    drawn, folded = _layout_2d(shape, local)
+    drawn, _ = _layout_2d(shape, local)
+    if len(drawn) != 2:
+        return None
+    r, c = drawn
+    return shape[r], shape[c], -(-shape[r] // max(local[r], 1)), -(-shape[c] // max(local[c], 1))
 
-    # Project blocks onto the drawn dimensions, merging the devices of blocks that only
-    # differ in a folded dimension (only happens when more than two dims are sharded).
-    merged: dict[tuple[tuple[int, int], ...], list[int]] = {}
-    for b in blocks:
-        key = tuple((b.start[d], b.stop[d]) for d in drawn)
-        devs = merged.setdefault(key, [])
-        devs.extend(d for d in b.devices if d not in devs)
-    cells = [(key, sorted(devs)) for key, devs in sorted(merged.items())]
 
-    # Geometry: x runs along the last drawn dim, y down the first one (row 0 at the top).
-    if len(drawn) == 2:
-        rows, cols = shape[drawn[0]], shape[drawn[1]]
-        ratio = rows / cols if cols else 1.0
-        lo, hi = (0.55, 1.3) if compact else (0.25, 4.0)
-        shown = float(np.clip(ratio, lo, hi))  # height / width as drawn
-        aspect = shown / ratio if ratio else 1.0
-        # The plot fits a 6 x 4.5 inch box, plus room for labels and the title.
-        plot_w = min(6.0, 4.5 / shown)
-        figsize = (plot_w + 1.6, plot_w * shown + 1.6)
-    elif drawn:  # rank 1: a strip
-        rows, cols = 1, shape[drawn[0]]
-        aspect = 0.16 * cols
-        figsize = (7.0, 2.4)
-    else:  # rank 0: one small box
-        rows, cols = 1, 1
-        aspect = 0.45
-        figsize = (4.5, 2.4)
-    ax = _fig_for(ax, figsize)
-    ax.set_xlim(0, max(cols, 1))
-    ax.set_ylim(max(rows, 1), 0)
-    ax.set_aspect(aspect, adjustable="box")
-    w_pt, h_pt = _axes_size_pt(ax)
-    sx = w_pt / max(cols, 1)
-    sy = h_pt / max(rows, 1)
-    tick_size = 6.5 if compact else 8.5
-    label_size = 6.5 if compact else 9.5
+def _to_scale(ax: Axes, size_pt: tuple[float, float]) -> None:
+    """Shrink ``ax`` to ``size_pt`` (width, height in points), centred, its top kept."""
+    pos = ax.get_position()
+    fw, fh = ax.figure.get_size_inches()
+    w = min(pos.width, size_pt[0] / (72.0 * fw))
+    h = min(pos.height, size_pt[1] / (72.0 * fh))
+    ax.set_position([pos.x0 + (pos.width - w) / 2, pos.y1 - h, w, h])
 
-    for key, devs in cells:
-        if len(drawn) == 2:
+
+class _Layout:
+    """What ``_draw_sharding`` draws: the array's layout projected on its drawn dimensions.
+
+    ``cells`` are ``(((start, stop) per drawn dim), devices)``: blocks that only differ in
+    a folded dimension (when more than two dims are sharded) are merged, with every device
+    holding a piece. ``rows, cols`` are the drawn extent in elements (1 for a missing dim).
+    """
+
+    def __init__(self, x: Any, where: str) -> None:
+        shape, self.sharding = sharding_of(x, where)
+        self.shape = tuple(int(s) for s in shape)
+        self.local = tuple(int(s) for s in shard_shape(self.shape, self.sharding))
+        self.blocks = shard_layout(self.shape, self.sharding)
+        self.n_all = len(self.sharding.device_set)
+        self.drawn, self.folded = _layout_2d(self.shape, self.local)
+        merged: dict[tuple[tuple[int, int], ...], list[int]] = {}
+        for b in self.blocks:
+            key = tuple((b.start[d], b.stop[d]) for d in self.drawn)
+            devs = merged.setdefault(key, [])
+            devs.extend(d for d in b.devices if d not in devs)
+        self.cells = [(key, sorted(devs)) for key, devs in sorted(merged.items())]
+        if len(self.drawn) == 2:
+            self.rows, self.cols = self.shape[self.drawn[0]], self.shape[self.drawn[1]]
+        else:
+            self.rows, self.cols = 1, (self.shape[self.drawn[0]] if self.drawn else 1)
+
+    def box(self, key: tuple[tuple[int, int], ...]) -> tuple[int, int, int, int]:
+        """``(c0, r0, w, h)`` of a cell: x along the last drawn dim, y down the first."""
+        if len(self.drawn) == 2:
             (r0, r1), (c0, c1) = key
-        elif len(drawn) == 1:
+        elif len(self.drawn) == 1:
             (c0, c1), (r0, r1) = key[0], (0, 1)
         else:
             (c0, c1), (r0, r1) = (0, 1), (0, 1)
-        w, h = c1 - c0, r1 - r0
-        start = tuple(k[0] for k in key)
-        stop = tuple(k[1] for k in key)
-        gid = f"block:start={start}:stop={stop}:devices={','.join(map(str, devs))}"
-        if len(devs) == 1:
-            face = device_color(devs[0])
-            ax.add_patch(
-                Rectangle((c0, r0), w, h, facecolor=face, edgecolor="white", linewidth=1.2, gid=gid)
-            )
-            ink, box = _text_color(face), None
-        else:
-            # A block several devices hold: a texture of thin diagonal stripes in their
-            # colours (so it does not read as split), its label on a white tag.
-            outline = Rectangle(
-                (c0, r0),
-                w,
-                h,
-                facecolor="none",
-                edgecolor="white",
-                linewidth=1.2,
-                zorder=1.5,
-                gid=gid,
-            )
-            ax.add_patch(outline)
-            _diagonal_stripes(ax, outline, (c0, r0, w, h), devs, sx, sy)
-            ink = "black"
-            box = {
-                "boxstyle": "round,pad=0.2",
-                "facecolor": "white",
-                "edgecolor": "0.5",
-                "alpha": 0.95,
-            }
-        label = _device_text(devs, n_all)
-        hi = 10.0 if compact else 13.0
-        # A device id keeps a margin inside its block, so that neighbours' digits never touch.
-        flat = _fit_fontsize(label, w * sx, h * sy, lo=0.0, hi=hi, fill=0.72)
-        upright = _fit_fontsize(label, h * sy, w * sx, lo=0.0, hi=hi, fill=0.72)
-        tall = h * sy > w * sx
-        rotation = 90 if tall and upright > flat * 1.25 and "\n" not in label else 0
-        size = max(4.5, upright if rotation else flat)
-        ax.text(
-            c0 + w / 2,
-            r0 + h / 2,
-            label,
-            ha="center",
-            va="center",
-            fontsize=size,
-            color=ink,
-            fontweight="bold",
-            bbox=box,
-            rotation=rotation,
-            clip_on=False,
-            gid=f"block-label:{','.join(map(str, devs))}",
+        return c0, r0, c1 - c0, r1 - r0
+
+
+def _sharding_geometry(lay: _Layout, compact: bool) -> tuple[tuple[float, float], float]:
+    """``(figsize, aspect)``: rank 2+ as a grid whose proportions follow the shape (clamped),
+    rank 1 as a strip, rank 0 as one small box."""
+    if len(lay.drawn) == 2:
+        ratio = lay.rows / lay.cols if lay.cols else 1.0
+        lo, hi = (0.55, 1.3) if compact else (0.25, 4.0)
+        shown = float(np.clip(ratio, lo, hi))  # height / width as drawn
+        # The plot fits a 6 x 4.5 inch box, plus room for labels and the title.
+        plot_w = min(6.0, 4.5 / shown)
+        return (plot_w + 1.6, plot_w * shown + 1.6), (shown / ratio if ratio else 1.0)
+    if lay.drawn:
+        return (7.0, 2.4), 0.16 * lay.cols
+    return (4.5, 2.4), 0.45
+
+
+def _draw_block(
+    ax: Axes,
+    lay: _Layout,
+    key: tuple[tuple[int, int], ...],
+    devs: list[int],
+    scale: tuple[float, float],
+    compact: bool,
+) -> None:
+    """One block in its device's colour (striped in its holders' colours when several
+    hold it), and the device numbers in it, if they fit legibly."""
+    c0, r0, w, h = lay.box(key)
+    sx, sy = scale
+    start, stop = tuple(k[0] for k in key), tuple(k[1] for k in key)
+    gid = f"block:start={start}:stop={stop}:devices={','.join(map(str, devs))}"
+    if len(devs) == 1:
+        face = device_color(devs[0])
+        ax.add_patch(
+            Rectangle((c0, r0), w, h, facecolor=face, edgecolor="white", linewidth=1.2, gid=gid)
         )
+        ink, box = _text_color(face), None
+    else:
+        # A block several devices hold: a texture of thin diagonal stripes in their
+        # colours (so it does not read as split), its label on a white tag.
+        outline = Rectangle((c0, r0), w, h, facecolor="none", edgecolor="white",
+                            linewidth=1.2, zorder=1.5, gid=gid)  # fmt: skip
+        ax.add_patch(outline)
+        _diagonal_stripes(ax, outline, (c0, r0, w, h), devs, sx, sy)
+        ink = "black"
+        box = {"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "0.5",
+               "alpha": 0.95}  # fmt: skip
+    label = _device_text(devs, lay.n_all)
+    hi = 10.0 if compact else 13.0
+    # A device id keeps a margin inside its block, so that neighbours' digits never touch.
+    flat = _fit_fontsize(label, w * sx, h * sy, lo=0.0, hi=hi, fill=0.72)
+    upright = _fit_fontsize(label, h * sy, w * sx, lo=0.0, hi=hi, fill=0.72)
+    tall = h * sy > w * sx
+    rotation = 90 if tall and upright > flat * 1.25 and "\n" not in label else 0
+    size = upright if rotation else flat
+    ax.text(
+        c0 + w / 2, r0 + h / 2, label, ha="center", va="center", fontsize=max(size, 4.5),
+        color=ink, fontweight="bold", bbox=box, rotation=rotation, clip_on=False,
+        # Too small to number legibly: left unnumbered, its colour names the device.
+        visible=size >= 4.5, gid=f"block-label:{','.join(map(str, devs))}",
+    )  # fmt: skip
 
-    # Ticks at block boundaries (in elements), thinned to what the space allows.
-    def boundaries(dim: int, room_pt: float, along_x: bool) -> list[int]:
-        edges = sorted({b.start[dim] for b in blocks} | {shape[dim]})
-        per_tick = tick_size * (0.62 * len(str(shape[dim])) + 1.0) if along_x else tick_size * 1.6
-        fit = max(2, int(room_pt / per_tick))
-        if len(edges) > fit:
-            step = math.ceil((len(edges) - 1) / (fit - 1))
-            sel = edges[::step]
-            if sel[-1] != edges[-1]:
-                crowded = len(sel) >= 2 and edges[-1] - sel[-1] < (sel[1] - sel[0]) / 2
-                sel = sel[:-1] + [edges[-1]] if crowded else sel + [edges[-1]]
-            edges = sel
-        return edges
 
+def _tick_edges(lay: _Layout, dim: int, room_pt: float, along_x: bool, size: float) -> list[int]:
+    """Ticks at block boundaries (in elements), thinned to what ``room_pt`` allows."""
+    edges = sorted({b.start[dim] for b in lay.blocks} | {lay.shape[dim]})
+    per_tick = size * (0.62 * len(str(lay.shape[dim])) + 1.0) if along_x else size * 1.6
+    fit = max(2, int(room_pt / per_tick))
+    if len(edges) > fit:
+        step = math.ceil((len(edges) - 1) / (fit - 1))
+        sel = edges[::step]
+        if sel[-1] != edges[-1]:
+            crowded = len(sel) >= 2 and edges[-1] - sel[-1] < (sel[1] - sel[0]) / 2
+            sel = sel[:-1] + [edges[-1]] if crowded else sel + [edges[-1]]
+        edges = sel
+    return edges
+
+
+def _label_sharding_axes(ax: Axes, lay: _Layout, room: tuple[float, float], compact: bool) -> None:
+    """Ticks at block boundaries, and each drawn dimension's size and mesh axes."""
+    tick_size = 6.5 if compact else 8.5
+    label_size = 6.5 if compact else 9.5
+    sharding, shape, local, drawn = lay.sharding, lay.shape, lay.local, lay.drawn
     if len(drawn) >= 1:
-        ax.set_xticks(boundaries(drawn[-1], w_pt, along_x=True))
+        ax.set_xticks(_tick_edges(lay, drawn[-1], room[0], True, tick_size))
         ax.set_xlabel(_dim_label(shape, local, sharding, drawn[-1], compact), fontsize=label_size)
     else:
         ax.set_xticks([])
         ax.set_xlabel("scalar (rank 0): one value", fontsize=label_size)
     if len(drawn) == 2:
-        ax.set_yticks(boundaries(drawn[0], h_pt, along_x=False))
+        ax.set_yticks(_tick_edges(lay, drawn[0], room[1], False, tick_size))
         ax.set_ylabel(_dim_label(shape, local, sharding, drawn[0], compact), fontsize=label_size)
     else:
         ax.set_yticks([])
@@ -624,23 +611,49 @@ def _draw_sharding(x: Any, ax: Axes | None, title: str | None, compact: bool, wh
     for spine in ax.spines.values():
         spine.set_visible(False)
 
+
+def _sharding_title(lay: _Layout, title: str | None, compact: bool) -> str:
+    """The spec, the global and per-device shapes, and what is folded."""
+    shape, local, folded = lay.shape, lay.local, lay.folded
     lines = [title] if title else []
     if compact:
-        lines += [_spec_text(sharding), f"global {shape} -> per device {local}"]
+        lines += [_spec_text(lay.sharding), f"global {shape} -> per device {local}"]
     else:
-        lines.append(f"{_spec_text(sharding)}  global {shape} -> per device {local}")
+        lines.append(f"{_spec_text(lay.sharding)}  global {shape} -> per device {local}")
     if folded:
         desc = ", ".join(f"dim {d} ({shape[d]})" for d in folded)
-        split = [d for d in folded if local[d] < shape[d]]
-        note = (
-            "folded: each block spans it whole"
-            if len(folded) == 1
-            else "folded: each block spans them whole"
-        )
-        if split:
+        note = f"folded: each block spans {'it' if len(folded) == 1 else 'them'} whole"
+        if any(local[d] < shape[d] for d in folded):
             note = "folded (also split: a block lists every device holding a piece of it)"
         lines.append(f"{desc} {note}")
-    ax.set_title("\n".join(lines), fontsize=(7 if compact else 10.5), loc="center")
+    return "\n".join(lines)
+
+
+def _draw_sharding(
+    x: Any,
+    ax: Axes | None,
+    title: str | None,
+    compact: bool,
+    where: str,
+    size_pt: tuple[float, float] | None = None,
+) -> Axes:
+    lay = _Layout(x, where)
+    figsize, aspect = _sharding_geometry(lay, compact)
+    ax = _fig_for(ax, figsize)
+    ax.set_xlim(0, max(lay.cols, 1))
+    ax.set_ylim(max(lay.rows, 1), 0)
+    if size_pt is not None and len(lay.drawn) == 2:
+        _to_scale(ax, size_pt)  # drawn to the scale its group shares
+    else:
+        ax.set_aspect(aspect, adjustable="box")
+    w_pt, h_pt = _axes_size_pt(ax)
+    scale = (w_pt / max(lay.cols, 1), h_pt / max(lay.rows, 1))
+    for key, devs in lay.cells:
+        _draw_block(ax, lay, key, devs, scale, compact)
+    _label_sharding_axes(ax, lay, (w_pt, h_pt), compact)
+    # The pad keeps the title clear of the top tick label (half of it stands above the box).
+    ax.set_title(_sharding_title(lay, title, compact), fontsize=(7 if compact else 10.5),
+                 loc="center", pad=(8.0 if compact else 10.0))  # fmt: skip
     return ax
 
 
@@ -932,10 +945,45 @@ def draw_param_shardings(
 
     n_panels = sum(len(g.panels) for g in groups)
     ncols = 1 if n_panels == 1 else 2 if n_panels <= 4 else 3 if n_panels <= 9 else 4
-    # Flow the groups into rows: a group starts a new row unless it fits in what is left
-    # of the row, and the group after one that spilled onto a second row starts a new row
-    # too, so that no header stands beside another layer's headerless panels.
-    rows: list[list[tuple[_Group, _Panel, bool]]] = [[]]
+    rows = _flow_rows(groups, ncols)
+    geo = _Geometry(ncols)
+    note_of = lambda shortened: textwrap.fill(  # noqa: E731 - about 15 characters an inch at 8 pt
+        _figure_note(groups, len(leaves), n_panels, order is not None, shortened),
+        width=int(geo.fig_w * 15),
+    )
+    note = note_of(_may_shorten(groups, geo.panel_w))  # the room is kept for the longer note
+    geo.head = 0.62 + 0.17 * note.count("\n") + 0.2
+    heights = [geo.row_height(r) for r in rows]
+    geo.fig_h = max(5.0, geo.head + sum(heights))
+    fig = _new_figure((geo.fig_w, geo.fig_h))
+    fits = _draw_panels(fig, geo, groups, rows, heights)
+
+    bar_h = min(geo.fig_h - geo.head - 1.0, 4.0)
+    bar_ax = fig.add_axes(geo.rect(ncols * geo.panel_w + 0.85, geo.head + 0.5, geo.bar_w - 1.0,
+                                   bar_h))  # fmt: skip
+    n = len(leaves)
+    arrays = f"{n} array{'s' if n != 1 else ''}"
+    _bar_chart(bar_ax, per_device, arrays, bar_h)
+    total = sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize for _, leaf in leaves)
+    if title is None:
+        title = f"{arrays}, {format_bytes(total)} in total"
+    fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / geo.fig_h, va="top")
+    note_text = fig.text(0.5, 1 - 0.42 / geo.fig_h, note, ha="center", va="top", fontsize=8,
+                         color="0.3", gid="fold-note", linespacing=1.3)  # fmt: skip
+    shortened = _fit_labels(fig, fits)
+    if note_of(shortened).count("\n") <= note.count("\n"):  # else keep the reserved room's note
+        note_text.set_text(note_of(shortened))
+    return fig
+
+
+_Row = list[tuple[_Group, _Panel, bool]]  # (group, panel, is the group's first panel)
+
+
+def _flow_rows(groups: list[_Group], ncols: int) -> list[_Row]:
+    """Flow the groups into rows: a group starts a new row unless it fits in what is left
+    of the row, and the group after one that spilled onto a second row starts a new row
+    too, so that no header stands beside another layer's headerless panels."""
+    rows: list[_Row] = [[]]
     spilled = False
     for g in groups:
         if rows[-1] and (spilled or len(rows[-1]) + len(g.panels) > ncols):
@@ -946,61 +994,62 @@ def draw_param_shardings(
                 rows.append([])
             rows[-1].append((g, panel, k == 0))
         spilled = len(rows) > first_row
+    return rows
 
-    # Fixed geometry in inches (no layout engine), so each panel knows its size while
-    # it is drawn and can size its labels to fit. A row of strips needs less height.
+
+class _Geometry:
+    """Fixed geometry in inches (no layout engine), so each panel knows its size while it
+    is drawn and can size its labels to fit. A row of strips needs less height."""
+
     panel_w, grid_h, strip_h, header_h = 2.5, 2.2, 1.45, 0.32
     pad_l, pad_r, pad_t, pad_b = 0.55, 0.15, 0.6, 0.45
     bar_w = 2.9
-    fig_w = ncols * panel_w + bar_w
-    folds = [f"{g.header} ×{g.count}" for g in groups if g.count > 1]
-    how = "in model order" if order else "in the tree's order, numbered names by number"
-    note = f"{len(leaves)} arrays in {n_panels} panels, {how}"
-    if folds:
-        note += "; identical layers drawn once: " + ", ".join(folds)
-    if any(p.vectors for g in groups for p in g.panels):
-        note += "; a layer's small vectors held whole everywhere share one panel"
-    note = textwrap.fill(note, width=int(fig_w * 15))  # about 15 characters an inch at 8 pt
-    head = 0.62 + 0.17 * note.count("\n") + 0.2
 
-    def row_height(row: list[tuple[_Group, _Panel, bool]]) -> float:
+    def __init__(self, ncols: int) -> None:
+        self.fig_w = ncols * self.panel_w + self.bar_w
+        self.fig_h = 5.0
+        self.head = 0.0
+
+    def row_height(self, row: _Row) -> float:
         strips = all(not p.vectors and len(p.leaves[0].shape) <= 1 for _, p, _ in row)
         vec_rows = max((len(p.names) for _, p, _ in row if p.vectors), default=0)
-        h = strip_h if strips else grid_h
+        h = self.strip_h if strips else self.grid_h
         h = max(h, 0.9 + 0.3 * vec_rows) if vec_rows else h
-        return h + (header_h if any(first and g.header for g, _, first in row) else 0.0)
+        return h + (self.header_h if any(first and g.header for g, _, first in row) else 0.0)
 
-    heights = [row_height(r) for r in rows]
-    fig_h = max(5.0, head + sum(heights))
-    fig = _new_figure((fig_w, fig_h))
-
-    def rect(x: float, y_top: float, w: float, h: float) -> list[float]:
+    def rect(self, x: float, y_top: float, w: float, h: float) -> list[float]:
         """Inches from the figure's top-left corner -> figure fractions."""
-        return [x / fig_w, 1 - (y_top + h) / fig_h, w / fig_w, h / fig_h]
+        return [x / self.fig_w, 1 - (y_top + h) / self.fig_h, w / self.fig_w, h / self.fig_h]
 
-    y = head
+    def grid_room_pt(self) -> tuple[float, float]:
+        """Width and height in points of a grid panel's drawing box."""
+        return ((self.panel_w - self.pad_l - self.pad_r) * 72.0,
+                (self.grid_h - self.pad_t - self.pad_b) * 72.0)  # fmt: skip
+
+
+def _draw_panels(
+    fig: Figure, geo: _Geometry, groups: list[_Group], rows: list[_Row], heights: list[float]
+) -> list[tuple[Any, float]]:
+    """Every header and panel, row by row; returns what ``_fit_labels`` must fit: ``(Axes
+    or (header, group), the width in points it may take)``."""
+    scales = {id(g): _group_scale(g, *geo.grid_room_pt()) for g in groups}
+    fits: list[tuple[Any, float]] = []
+    y = geo.head
     for row, h in zip(rows, heights, strict=True):
         has_header = any(first and g.header for g, _, first in row)
-        top = y + (header_h if has_header else 0.0)
+        top = y + (geo.header_h if has_header else 0.0)
         for c, (g, panel, first) in enumerate(row):
             if first and g.header:
-                fold_note = f"  ×{g.count}, identical: drawn once" if g.count > 1 else ""
-                fig.text(
-                    (c * panel_w + 0.12) / fig_w,
-                    1 - (y + 0.24) / fig_h,
-                    g.header + fold_note,
-                    ha="left",
-                    va="baseline",
-                    fontsize=9,
-                    fontweight="bold",
-                    color="0.15",
-                    gid=f"group:{g.header}",
-                )
-            vec_pad_t = 0.45 if panel.vectors else pad_t
+                header = fig.text((c * geo.panel_w + 0.12) / geo.fig_w, 1 - (y + 0.24) / geo.fig_h,
+                                  _header_text(g), ha="left", va="baseline", fontsize=9,
+                                  fontweight="bold", color="0.15", gid=f"group:{g.header}")  # fmt: skip
+                span = sum(1 for g2, _, _ in row if g2 is g)
+                fits.append(((header, g), span * geo.panel_w * 72.0 - 14.0))
+            left = geo.pad_l * (0.3 if panel.vectors else 1)
+            pad_t = 0.45 if panel.vectors else geo.pad_t
             ax = fig.add_axes(
-                rect(c * panel_w + pad_l * (0.3 if panel.vectors else 1), top + vec_pad_t,
-                     panel_w - pad_l * (0.3 if panel.vectors else 1) - pad_r,
-                     h - (top - y) - vec_pad_t - (0.15 if panel.vectors else pad_b))
+                geo.rect(c * geo.panel_w + left, top + pad_t, geo.panel_w - left - geo.pad_r,
+                         h - (top - y) - pad_t - (0.15 if panel.vectors else geo.pad_b))
             )  # fmt: skip
             if panel.vectors:
                 ax.set_gid("vectors:" + ",".join(panel.paths))
@@ -1010,11 +1059,15 @@ def draw_param_shardings(
                 _draw_sharding(
                     panel.leaves[0], ax, panel.names[0], compact=True,
                     where=f"draw_param_shardings: parameter '{panel.paths[0]}'",
+                    size_pt=scales[id(g)](panel, _axes_size_pt(ax)),
                 )  # fmt: skip
+            fits.append((ax, geo.panel_w * 72.0 - 8.0))
         y += h
+    return fits
 
-    bar_h = min(fig_h - head - 1.0, 4.0)
-    bar_ax = fig.add_axes(rect(ncols * panel_w + 0.85, head + 0.5, bar_w - 1.0, bar_h))
+
+def _bar_chart(bar_ax: Axes, per_device: dict[str, int], arrays: str, bar_h: float) -> None:
+    """Bytes held per device, one bar each in its device's colour, its value above it."""
     bar_ax.set_gid("bytes-per-device")
     ids = [_device_id_of_key(k) for k in per_device]
     heights_b = list(per_device.values())
@@ -1031,34 +1084,177 @@ def draw_param_shardings(
     top = max(heights_b) if heights_b else 1
     unit = max(u for u in (1, 1024, 1024**2, 1024**3) if u <= max(top, 1))
     ticks = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(0, top / unit) * unit
-    bar_ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if t <= top * 1.18]))
+    bar_ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if t <= top * 1.1]))
     bar_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v)))
     bar_ax.tick_params(axis="y", labelsize=8)
-    bar_ax.set_ylim(0, top * 1.18 if top else 1)
+    # Room above the tallest bar for its rotated value label (6.5 pt type).
+    chars = max((len(format_bytes(v)) for v in heights_b), default=1)
+    room = min(0.6, (6.5 * 0.7 * chars + 6) / (bar_h * 72.0))
+    bar_ax.set_ylim(0, top * 1.015 / (1 - room) if top else 1)
     if len(ids) <= 16:
         for bar, hb in zip(bars, heights_b, strict=True):
-            bar_ax.text(
-                bar.get_x() + bar.get_width() / 2,
-                hb + top * 0.015,
-                format_bytes(hb),
-                ha="center",
-                va="bottom",
-                fontsize=6.5,
-                rotation=90,
-            )
-    n = len(leaves)
-    arrays = f"{n} array{'s' if n != 1 else ''}"
+            bar_ax.text(bar.get_x() + bar.get_width() / 2, hb + top * 0.015, format_bytes(hb),
+                        ha="center", va="bottom", fontsize=6.5, rotation=90)  # fmt: skip
     bar_ax.set_title(f"bytes held per device:\nthe sum of all {arrays} drawn", fontsize=9)
     for side in ("top", "right"):
         bar_ax.spines[side].set_visible(False)
 
-    total = sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize for _, leaf in leaves)
-    if title is None:
-        title = f"{arrays}, {format_bytes(total)} in total"
-    fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / fig_h, va="top")
-    fig.text(0.5, 1 - 0.42 / fig_h, note, ha="center", va="top", fontsize=8, color="0.3",
-             gid="fold-note", linespacing=1.3)  # fmt: skip
-    return fig
+
+def _header_text(g: _Group) -> str:
+    """A group's header: its layer, and for a fold how many layers it stands for."""
+    if g.count > 1:
+        return f"{g.header}: {g.count} layers with the same layout, drawn once"
+    return g.header
+
+
+def _figure_note(
+    groups: list[_Group], n_arrays: int, n_panels: int, ordered: bool, shortened: bool
+) -> str:
+    """The line under the title: what the panels show, in words a learner reads at once."""
+    how = (
+        "in model order"
+        if ordered
+        else "in the tree's order (numbered layers counted up: block_2 before block_10)"
+    )
+    note = f"{n_arrays} arrays in {n_panels} panels, {how}"
+    folds = [f"{g.header} ({g.count} layers)" for g in groups if g.count > 1]
+    if folds:
+        note += "; layers with the same layout drawn once: " + ", ".join(folds)
+    if any(p.vectors for g in groups for p in g.panels):
+        note += "; a layer's small vectors held whole everywhere share one panel"
+    if shortened:
+        note += "; a name that starts with '…/' lost its first parts (its header has them)"
+    return note
+
+
+def _may_shorten(groups: list[_Group], panel_w: float) -> bool:
+    """Whether a panel's title or a header may need shortening (a generous estimate, so
+    that the note has room for saying so)."""
+    titles = [len(p.names[0]) * 7 * 0.6 for g in groups for p in g.panels if not p.vectors]
+    headers = [len(g.header) * 9 * 0.65 for g in groups]
+    return max([*titles, *headers, 0.0]) > panel_w * 72 - 14
+
+
+def _group_scale(g: _Group, w_pt: float, h_pt: float) -> Any:
+    """How each grid panel of group ``g`` is sized: one scale (points per element) for the
+    whole group, so that a 512 x 128 kernel is drawn as large as a 128 x 512 one, and a
+    floor (half the room, or 9 points a block) so that a thin array keeps its device numbers."""
+    extents = [e for p in g.panels if not p.vectors for e in [_drawn_extent(p.leaves[0])] if e]
+    scale = min((min(w_pt / max(c, 1), h_pt / max(r, 1)) for r, c, _, _ in extents), default=1.0)
+
+    def size(panel: _Panel, room: tuple[float, float]) -> tuple[float, float] | None:
+        extent = _drawn_extent(panel.leaves[0])
+        if extent is None:
+            return None
+        rows, cols, row_blocks, col_blocks = extent
+        # The floor: half the room, or 9 points a block, so that device numbers stay legible.
+        floor_w, floor_h = max(room[0] / 2, 9.0 * col_blocks), max(room[1] / 2, 9.0 * row_blocks)
+        return (min(room[0], max(cols * scale, floor_w)), min(room[1], max(rows * scale, floor_h)))
+
+    return size
+
+
+def _renderer(fig: Figure) -> Any:
+    canvas = fig.canvas
+    return canvas.get_renderer() if hasattr(canvas, "get_renderer") else fig._get_renderer()
+
+
+def _shorter(line: str) -> str | None:
+    """``line`` one step shorter and still readable: drop its first path component (the
+    panels' shared start, shown as ``…/``), else cut its middle. None: nothing to cut."""
+    body = line[2:] if line.startswith("…/") else line
+    if "/" in body:
+        return "…/" + body.split("/", 1)[1]
+    if len(line) <= 8:
+        return None
+    cut = max(1, len(line) // 8)
+    mid = len(line) // 2
+    return line[: mid - cut] + "…" + line[mid + cut :]
+
+
+def _fit_width(t: Any, max_pt: float, renderer: Any, min_size: float = 6.0) -> bool:
+    """Make text ``t`` at most ``max_pt`` wide: its first line's path loses its start
+    (``…/``) first, then the type gets smaller (down to ``min_size``), then the line is
+    cut in the middle; if nothing readable fits, the text is hidden. Returns whether the
+    first line was cut."""
+    first_line = t.get_text().split("\n")[0]
+    max_px = max_pt * renderer.points_to_pixels(1.0)
+
+    def fits() -> bool:
+        return t.get_window_extent(renderer).width <= max_px
+
+    def shorten(paths_only: bool) -> bool:
+        first, *rest = t.get_text().split("\n")
+        body = first[2:] if first.startswith("…/") else first
+        widest = max(len(line) for line in [first, *rest])
+        if paths_only and ("/" not in body or len(first) < widest):
+            return False  # the path is not what overflows
+        short = _shorter(first)
+        if short is None:
+            return False
+        t.set_text("\n".join([short, *rest]))
+        return True
+
+    for _ in range(200):
+        if not t.get_text() or fits():
+            return t.get_text().split("\n")[0] != first_line
+        if shorten(paths_only=True):
+            continue
+        if t.get_fontsize() > min_size:
+            t.set_fontsize(max(min_size, t.get_fontsize() * 0.9))
+            continue
+        if not shorten(paths_only=False):
+            break
+    if not fits():
+        t.set_visible(False)  # nothing readable fits: leave the space empty
+    return t.get_text().split("\n")[0] != first_line
+
+
+def _fit_header(t: Any, g: _Group, max_pt: float, renderer: Any) -> bool:
+    """A group header in its room: shorter wording for a fold first, then ``_fit_width``."""
+    max_px = max_pt * renderer.points_to_pixels(1.0)
+    if g.count > 1:
+        for text in (
+            f"{g.header}: {g.count} layers alike, drawn once",
+            f"{g.header} ({g.count} layers)",
+        ):
+            if t.get_window_extent(renderer).width <= max_px:
+                return False
+            t.set_text(text)
+    return _fit_width(t, max_pt, renderer, min_size=7.0)
+
+
+def _fit_labels(fig: Figure, fits: list[tuple[Any, float]]) -> bool:
+    """Shorten what would overflow its panel: a panel's title and axis labels, a header, a
+    vector's label. Returns whether a name lost its first parts (``…/``)."""
+    renderer = _renderer(fig)
+    px = renderer.points_to_pixels(1.0)
+    cut = False
+    for obj, width in fits:
+        if isinstance(obj, tuple):  # (header, its group)
+            cut |= _fit_header(obj[0], obj[1], width, renderer)
+            continue
+        cut |= _fit_width(obj.title, width, renderer)
+        if obj.axison:
+            _fit_width(obj.xaxis.label, width, renderer)
+            _fit_height(obj.yaxis.label, obj.get_window_extent(renderer).height / px + 4.0,
+                        renderer)  # fmt: skip
+        for t in obj.texts:
+            if (t.get_gid() or "").startswith("vector-label:"):
+                room = obj.get_window_extent(renderer).width * 0.95 / px
+                cut |= _fit_width(t, room, renderer, 4.5)
+    return cut
+
+
+def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
+    """A rotated axis label at most ``max_pt`` tall: smaller type, then just its dimension."""
+    max_px = max_pt * renderer.points_to_pixels(1.0)
+    while t.get_window_extent(renderer).height > max_px and t.get_fontsize() > 5.0:
+        t.set_fontsize(max(5.0, t.get_fontsize() * 0.9))
+    if t.get_window_extent(renderer).height > max_px:
+        t.set_text(t.get_text().split(":")[0])  # "dim 0: 64 / 'data'" -> "dim 0"
+    if t.get_window_extent(renderer).height > max_px:
+        t.set_visible(False)
 
 
 def draw_strategy_guide(ax: Axes | None = None) -> Axes:

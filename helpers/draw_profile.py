@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from helpers import cost_model as cm
-from helpers.profile import StrategyResult, spread
+from helpers.results import StrategyResult, spread
 from helpers.trace import Span, exposed_spans
 
 

@@ -288,105 +288,147 @@ def launch(
     if len(labels) != len(commands):
         raise ValueError(f"launch: {len(labels)} labels for {len(commands)} commands.")
     pattern = None if kill is None else _kill_pattern(kill[1])
-    t0 = time.monotonic()
-    lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
-    procs: list[subprocess.Popen] = []
-    outcomes: list[ProcessOutcome] = []
-    readers: list[threading.Thread] = []
-    result = LaunchResult(outcomes, 0.0)
-    folders = [_Folder() for _ in commands]
+    run = _Run(labels, echo, kill[0] if kill is not None else None, pattern)
+    try:
+        run.start(commands, env)
+        run.watch(timeout_s, grace_s)
+    finally:
+        run.finish()
+    run.say(run.result.summary().replace("\n", "\n[launcher] "))
+    return run.result
 
-    def say(text: str) -> None:
-        if echo:
+
+class _Run:
+    """The steps of one ``launch``: start the processes, watch their lines and exits until
+    they end (or a timeout, or a death plus grace), then end what is left and collect."""
+
+    def __init__(
+        self,
+        labels: Sequence[str],
+        echo: bool,
+        kill_index: int | None,
+        pattern: re.Pattern[str] | None,
+    ) -> None:
+        self.labels, self.echo = list(labels), echo
+        self.kill_index, self.pattern = kill_index, pattern
+        self.t0 = time.monotonic()
+        self.lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
+        self.procs: list[subprocess.Popen] = []
+        self.outcomes: list[ProcessOutcome] = []
+        self.readers: list[threading.Thread] = []
+        self.result = LaunchResult(self.outcomes, 0.0)
+        self.folders = [_Folder() for _ in labels]
+        self.open_streams = 0
+        self.first_failure: float | None = None
+
+    def say(self, text: str) -> None:
+        if self.echo:
             print(f"[launcher] {text}", flush=True)
 
-    def read(i: int, stream: Any) -> None:
+    def _read(self, i: int, stream: Any) -> None:
         for line in iter(stream.readline, ""):
-            lines.put((i, line.rstrip("\n")))
-        lines.put((i, None))
+            self.lines.put((i, line.rstrip("\n")))
+        self.lines.put((i, None))
 
-    def handle(i: int, line: str) -> None:
-        outcomes[i].lines.append(line)
-        if echo and not _is_chatter(line):
-            for shown in folders[i].feed(line):
-                print(f"[{outcomes[i].label}] {shown}", flush=True)
-        if pattern is not None and kill is not None and kill[0] == i and result.killed is None:
-            if pattern.search(line) and procs[i].poll() is None:
-                os.kill(procs[i].pid, signal.SIGKILL)
-                result.killed, result.killed_at_s = i, time.monotonic() - t0
-                outcomes[i].ended_by = "killed on purpose"
-                say(f"killed {outcomes[i].label} (pid {procs[i].pid}) with SIGKILL after: {line}")
-
-    try:
+    def start(self, commands: Sequence[Sequence[str]], env: dict[str, str] | None) -> None:
+        """Each command in its own process group, its output read by a thread."""
         for i, cmd in enumerate(commands):
             proc = subprocess.Popen(
                 list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 env=env, start_new_session=True, bufsize=1,
             )  # fmt: skip
-            procs.append(proc)
-            outcomes.append(ProcessOutcome(i, proc.pid, labels[i]))
-            t = threading.Thread(target=read, args=(i, proc.stdout), daemon=True)
+            self.procs.append(proc)
+            self.outcomes.append(ProcessOutcome(i, proc.pid, self.labels[i]))
+            t = threading.Thread(target=self._read, args=(i, proc.stdout), daemon=True)
             t.start()
-            readers.append(t)
-        say(f"started {len(procs)} process(es): pids {[p.pid for p in procs]}")
-        open_streams = len(procs)
-        first_failure: float | None = None
+            self.readers.append(t)
+        self.open_streams = len(self.procs)
+        self.say(f"started {len(self.procs)} process(es): pids {[p.pid for p in self.procs]}")
+
+    def handle(self, i: int, line: str) -> None:
+        """Keep (and echo) one line; SIGKILL process ``i`` if it is the line to kill after."""
+        out, proc = self.outcomes[i], self.procs[i]
+        out.lines.append(line)
+        if self.echo and not _is_chatter(line):
+            for shown in self.folders[i].feed(line):
+                print(f"[{out.label}] {shown}", flush=True)
+        if self.pattern is None or self.kill_index != i or self.result.killed is not None:
+            return
+        if self.pattern.search(line) and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            self.result.killed, self.result.killed_at_s = i, time.monotonic() - self.t0
+            out.ended_by = "killed on purpose"
+            self.say(f"killed {out.label} (pid {proc.pid}) with SIGKILL after: {line}")
+
+    def _note_exits(self, now: float) -> list[subprocess.Popen]:
+        """Record the processes that ended; return those still alive."""
+        for out, proc in zip(self.outcomes, self.procs, strict=True):
+            if out.returncode is None and proc.poll() is not None:
+                out.returncode, out.ended_at_s = proc.returncode, now
+                if out.ended_by == "running":
+                    out.ended_by = "exited"
+                if proc.returncode != 0 and self.first_failure is None:
+                    self.first_failure = now
+        return [p for p, o in zip(self.procs, self.outcomes, strict=True) if o.returncode is None]
+
+    def _done(self, alive: list[subprocess.Popen], now: float, timeout_s: float,
+              grace_s: float) -> bool:  # fmt: skip
+        """Whether to stop watching: all ended, the timeout, or a death plus ``grace_s``."""
+        if not alive:
+            # Every process ended (something they started may still hold a pipe: 5 s more).
+            last = max(o.ended_at_s or 0.0 for o in self.outcomes)
+            return self.open_streams == 0 or now > last + 5
+        pids = [p.pid for p in alive]
+        if now > timeout_s:
+            self.result.timed_out = True
+            self.say(f"timeout: {timeout_s:.0f} s passed; killing pids {pids}")
+            return True
+        if self.first_failure is not None and now > self.first_failure + grace_s:
+            self.say(f"a process died {grace_s:.0f} s ago and pids {pids} are still running: "
+                     "killing them")  # fmt: skip
+            return True
+        return False
+
+    def watch(self, timeout_s: float, grace_s: float) -> None:
+        """Take lines as they come until ``_done``."""
         while True:
             try:
-                i, line = lines.get(timeout=0.05)
+                i, line = self.lines.get(timeout=0.05)
                 if line is None:
-                    open_streams -= 1
+                    self.open_streams -= 1
                 else:
-                    handle(i, line)
+                    self.handle(i, line)
             except queue.Empty:
                 pass
-            now = time.monotonic() - t0
-            for out, proc in zip(outcomes, procs, strict=True):
-                if out.returncode is None and proc.poll() is not None:
-                    out.returncode, out.ended_at_s = proc.returncode, now
-                    if out.ended_by == "running":
-                        out.ended_by = "exited"
-                    if proc.returncode != 0 and first_failure is None:
-                        first_failure = now
-            alive = [p for p, o in zip(procs, outcomes, strict=True) if o.returncode is None]
-            if not alive and open_streams == 0:
-                break
-            if not alive and now > max(o.ended_at_s or 0.0 for o in outcomes) + 5:
-                break  # every process ended, but something they started still holds a pipe
-            if alive and now > timeout_s:
-                result.timed_out = True
-                say(f"timeout: {timeout_s:.0f} s passed; killing pids {[p.pid for p in alive]}")
-                break
-            if alive and first_failure is not None and now > first_failure + grace_s:
-                say(f"a process died {grace_s:.0f} s ago and pids {[p.pid for p in alive]} are "
-                    "still running: killing them")  # fmt: skip
-                break
-    finally:
-        for proc, out in zip(procs, outcomes, strict=True):
+            now = time.monotonic() - self.t0
+            if self._done(self._note_exits(now), now, timeout_s, grace_s):
+                return
+
+    def finish(self) -> None:
+        """End every process still alive (by its pid), then take the lines left over."""
+        for proc, out in zip(self.procs, self.outcomes, strict=True):
             if proc.poll() is None:
                 _end(proc)
                 out.ended_by = "stopped by launcher"
             if out.returncode is None:
-                out.returncode, out.ended_at_s = proc.returncode, time.monotonic() - t0
-        for t in readers:
+                out.returncode, out.ended_at_s = proc.returncode, time.monotonic() - self.t0
+        for t in self.readers:
             t.join(timeout=5)
-        while True:  # lines that arrived after the loop ended
+        while True:  # lines that arrived after the watch ended
             try:
-                i, line = lines.get_nowait()
+                i, line = self.lines.get_nowait()
             except queue.Empty:
                 break
             if line is not None:
-                handle(i, line)
-        if echo:
-            for out, folder in zip(outcomes, folders, strict=False):
+                self.handle(i, line)
+        if self.echo:
+            for out, folder in zip(self.outcomes, self.folders, strict=False):
                 for shown in folder.flush():
                     print(f"[{out.label}] {shown}", flush=True)
-        for proc in procs:
+        for proc in self.procs:
             if proc.stdout is not None:
                 proc.stdout.close()
-        result.elapsed_s = time.monotonic() - t0
-    say(result.summary().replace("\n", "\n[launcher] "))
-    return result
+        self.result.elapsed_s = time.monotonic() - self.t0
 
 
 # ---------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import numpy as np
 
 from helpers import compat
 from helpers.checkpoint import paused_writes, wait_for_uncommitted
+from helpers.cli import OneLineParser, host_port, refuse, whole_number, writable_path
 
 # The model every process trains (small enough for a 2-core CI machine). The global batch
 # and the width d_model must divide by the number of devices: 32 and 64 allow up to 32.
@@ -34,7 +35,7 @@ LAYOUTS = ("fsdp", "fsdp_tp", "dp")  # logical-axis rule presets of helpers.shar
 
 def parser() -> argparse.ArgumentParser:
     """The script's command line (``python -m helpers.multiprocess --help`` prints it)."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m helpers.multiprocess",
         description="Train the series' MLPStack with FSDP over the devices of every process. "
         "Run one copy per host. With no --coordinator/--num-processes/--process-id, "
@@ -42,36 +43,49 @@ def parser() -> argparse.ArgumentParser:
     )
     add = p.add_argument
     # fmt: off
-    add("--coordinator", help="HOST:PORT of process 0's coordination service")
-    add("--num-processes", type=int, help="how many processes in the job (1: no distributed runtime)")
-    add("--process-id", type=int, help="this process's id, 0 .. num-processes - 1")
-    add("--simulated-devices", type=int, metavar="K",
+    add("--coordinator", type=host_port, help="HOST:PORT of process 0's coordination service")
+    add("--num-processes", type=whole_number(1, 65536), help="how many processes in the job (1: no distributed runtime)")
+    add("--process-id", type=whole_number(0, 65535), help="this process's id, 0 .. num-processes - 1")
+    add("--simulated-devices", type=whole_number(1, 512), metavar="K",
         help="give this process K simulated CPU devices (local runs only; omit on GPUs)")
-    add("--steps", type=int, default=3, help="train until this step (default 3)")
+    add("--steps", type=whole_number(1), default=3, help="train until this step (default 3)")
     add("--layout", choices=LAYOUTS, default="fsdp",
         help="sharding rules: fsdp on a (n, 1) mesh (default), fsdp_tp on a 2-D mesh, dp")
-    add("--log-every", type=int, default=1, help="print the loss every N steps (default 1)")
-    add("--seed", type=int, default=0, help="seed of the parameters and the data (default 0)")
+    add("--log-every", type=whole_number(1), default=1, help="print the loss every N steps (default 1)")
+    add("--seed", type=whole_number(0, 2**32 - 1), default=0, help="seed of the parameters and the data (default 0)")
     add("--checkpoint-dir", metavar="DIR",
         help="save with orbax here (storage every process sees); resume from its newest step")
-    add("--save-every", type=int, default=0, metavar="S",
+    add("--save-every", type=whole_number(0), default=0, metavar="S",
         help="save at every step divisible by S (default 0: never)")
-    add("--primary-host", type=int, default=0,
+    add("--primary-host", type=whole_number(0, 65535), default=0,
         help="the process that commits each checkpoint (orbax's primary_host, default 0)")
-    add("--hold-save", type=int, metavar="STEP",
+    add("--hold-save", type=whole_number(1), metavar="STEP",
         help="fault drill: this process never completes its part of the save of STEP")
-    add("--out", help="process 0 writes the losses and the final train state here (.npz)")
-    add("--mesh-figure", help="process 0 draws the global mesh here (.png)")
-    add("--heartbeat-timeout", type=int, metavar="S",
+    add("--out", type=writable_path, help="process 0 writes the losses and the final train state here (.npz)")
+    add("--mesh-figure", type=writable_path, help="process 0 draws the global mesh here (.png)")
+    add("--heartbeat-timeout", type=whole_number(1), metavar="S",
         help="seconds without a heartbeat after which a process counts as dead (default: JAX's, 100)")
-    add("--init-timeout", type=int, default=300, metavar="S",
+    add("--init-timeout", type=whole_number(1), default=300, metavar="S",
         help="seconds to wait for every process to join (default 300)")
     # fmt: on
     return p
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return parser().parse_args(argv)
+    """Parse and check the command line: a bad value exits with code 2 and one line naming
+    its flag, before JAX starts."""
+    p = parser()
+    args = p.parse_args(argv)
+    n = args.num_processes
+    if n is not None and args.process_id is not None and args.process_id >= n:
+        refuse(p, "--process-id", f"0 .. --num-processes - 1 (0 .. {n - 1}), got {args.process_id}")
+    if n is not None and args.primary_host >= n:
+        refuse(p, "--primary-host", f"0 .. {n - 1} (a process of the job), got {args.primary_host}")
+    if args.hold_save is not None and not args.checkpoint_dir:
+        refuse(p, "--hold-save", "a step of a run that saves (give --checkpoint-dir too)")
+    if args.save_every and not args.checkpoint_dir:
+        refuse(p, "--save-every", "a period of a run that saves (give --checkpoint-dir too)")
+    return args
 
 
 def is_loopback(address: str | None) -> bool:

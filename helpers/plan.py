@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import cost_model
+from helpers.cli import OneLineParser, writable_path
 
 # ---------------------------------------------------------------------------
 # Models
@@ -632,11 +633,8 @@ def _activation_bytes(
 # ---------------------------------------------------------------------------
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line and exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"plan: error: {message}\n")
+class _OneLineParser(OneLineParser):
+    """The planner's ``OneLineParser`` (``helpers.cli``): every refusal is one line, exit 2."""
 
 
 def _count(text: str) -> int:
@@ -675,7 +673,9 @@ def _parser() -> _OneLineParser:
     p.add_argument("--grad-accum", type=_count, help="micro-batches per step")
     p.add_argument("--remat", choices=("none", "full"), default="none")
     p.add_argument("--no-flash", action="store_true", help="store the attention score matrix")
-    p.add_argument("--json", metavar="PATH", help="write the plan as JSON ('-': stdout)")
+    p.add_argument(
+        "--json", metavar="PATH", type=writable_path, help="write the plan as JSON ('-': stdout)"
+    )
     return p
 
 

@@ -43,7 +43,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import flax.linen as nn
@@ -54,10 +54,12 @@ import optax
 from jax.sharding import PartitionSpec
 
 from helpers import compat
+from helpers.cli import OneLineParser, refuse, whole_number, writable_path
 from helpers.cost_model import peak_flops
 from helpers.devices import make_mesh, use_simulated_devices
 from helpers.measure import collective_stats, format_bytes, memory_per_device, step_memory
 from helpers.models import ModelConfig, TransformerConfig
+from helpers.results import StrategyResult, ratio_range, spread
 from helpers.sharding import LOGICAL_RULES, logical_rules
 from helpers.train import (
     ShardedState,
@@ -227,59 +229,6 @@ def _drop_shardings(text: str) -> str:
         i = j
     out.append(text[i:])
     return "".join(out)
-
-
-@dataclass
-class StrategyResult:
-    """Everything ``compare_strategies`` measured for one strategy. ``to_dict()`` for JSON.
-
-    Byte counts are per device. ``flops_formula`` is the whole step (all devices);
-    ``flops_hlo_per_device`` is XLA's ``cost_analysis()`` of the compiled SPMD program,
-    which is the program ONE device runs: 1/N of the step's work unless devices repeat work.
-    Timing fields are None after a ``dry_run`` (compiled, never run).
-    """
-
-    strategy: str
-    model: str  # "mlp" or "transformer"
-    preset: str
-    config: dict[str, Any]
-    batch_per_device: int
-    n_devices: int
-    mesh_shape: tuple[int, ...]
-    platform: str
-    device_kind: str
-    tokens_per_step: int
-    n_params: int
-    compile_s: float
-    step_memory: dict[str, int]
-    collectives: dict[str, dict[str, float]]
-    comm_bytes_per_device: float
-    flops_formula: float
-    flops_hlo_per_device: float | None
-    program_fingerprint: str
-    peak_name: str | None
-    peak_flops_per_device: float | None
-    remat: bool = False
-    resized: str = ""
-    compiler_options: dict[str, Any] = field(default_factory=dict)
-    steps: int = 0
-    warmup: int = 0
-    step_times_s: list[float] = field(default_factory=list)
-    step_median_s: float | None = None
-    step_min_s: float | None = None
-    step_max_s: float | None = None
-    tokens_per_s: float | None = None
-    state_bytes_per_device: int | None = None
-    device_peak_bytes: int | None = None
-    device_peak_raised: bool | None = None
-    mfu: float | None = None
-    losses: list[float] = field(default_factory=list)
-    trace_dir: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["mesh_shape"] = list(self.mesh_shape)
-        return out
 
 
 @dataclass
@@ -575,23 +524,6 @@ def _fmt_flops(f: float | None) -> str:
     return f"{f:.0f} FLOP"
 
 
-def spread(r: StrategyResult) -> float | None:
-    """(slowest - fastest) / median of a strategy's timed steps; None after a dry run."""
-    if not r.step_median_s:
-        return None
-    return (r.step_max_s - r.step_min_s) / r.step_median_s
-
-
-def ratio_range(r: StrategyResult, base: StrategyResult) -> tuple[float, float, float]:
-    """``r``'s median step over ``base``'s, and the lowest and highest ratio any two of their
-    timed steps give: ``(median ratio, fastest r / slowest base, slowest r / fastest base)``."""
-    return (
-        r.step_median_s / base.step_median_s,
-        r.step_min_s / base.step_max_s,
-        r.step_max_s / base.step_min_s,
-    )
-
-
 def format_table(results: Sequence[StrategyResult]) -> str:
     """The results as text: one column per strategy, one row per measurement, then notes."""
     if not results:
@@ -822,7 +754,8 @@ def _mesh_shape(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    """The command line. Every flag's value is checked while parsing (``helpers.cli``)."""
+    p = OneLineParser(
         prog="python -m helpers.profile",
         description="Compare DP and FSDP (or other strategies) on the MLP stack or a Transformer "
         "language model: step time, memory, collectives, MFU.",
@@ -843,11 +776,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the model's size: tiny (CPU, f32), gpu_small (a GPU < 40 GB), gpu (H100/H200); "
         "auto: tiny on CPU devices, else by the GPU's memory",
     )
-    p.add_argument("--steps", type=int, default=10, help="timed steps per strategy (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument(
+        "--steps",
+        type=whole_number(1, 100_000),
+        default=10,
+        help="timed steps per strategy (default 10)",
+    )
+    p.add_argument(
+        "--warmup", type=whole_number(0, 100_000), default=3, help="untimed steps first (default 3)"
+    )
     p.add_argument(
         "--devices",
-        type=int,
+        type=whole_number(1, 4096),
         default=None,
         help="simulated CPU devices when there is no GPU (default: the mesh's size, else "
         "$NUM_DEVICES or 8)",
@@ -860,7 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the (data, model) mesh, e.g. 2,4 for hybrid, tp or fsdp_tp (default: N,1). "
         "A strategy the mesh leaves degenerate (tp on N,1; dp on 4,2) is refused",
     )
-    p.add_argument("--batch-per-device", type=int, default=None, help="override the preset's batch")
+    p.add_argument(
+        "--batch-per-device", type=whole_number(1), default=None, help="override the preset's batch"
+    )
     p.add_argument(
         "--remat",
         action="store_true",
@@ -873,18 +815,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a GPU preset (gpu, gpu_small) on CPU devices anyway; refused otherwise",
     )
     p.add_argument(
-        "--json", metavar="PATH", help="write every measurement, versions and config here"
+        "--json",
+        metavar="PATH",
+        type=writable_path,
+        help="write every measurement, versions and config here",
     )
     p.add_argument(
-        "--plot", metavar="PATH", help="save a chart of step times and memory (matplotlib)"
+        "--plot",
+        metavar="PATH",
+        type=writable_path,
+        help="save a chart of step times and memory (matplotlib)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
 
+def parse_args(
+    argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None
+) -> argparse.Namespace:
+    """Parse and check the command line: a bad value exits with code 2 and one line naming
+    its flag, before any device is touched."""
+    parser = parser or build_parser()
+    args = parser.parse_args(argv)
+    if len(set(args.strategies)) != len(args.strategies):
+        refuse(parser, "--strategies", f"each strategy once, got {' '.join(args.strategies)}")
+    if args.devices is not None and args.mesh_shape is not None:
+        if math.prod(args.mesh_shape) != args.devices:
+            refuse(parser, "--mesh-shape", f"a mesh of all --devices ({args.devices}), got "
+                   f"{','.join(map(str, args.mesh_shape))}")  # fmt: skip
+    if args.plot and args.json and os.path.abspath(args.plot) == os.path.abspath(args.json):
+        refuse(parser, "--plot", "a different file from --json")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv, parser)
     count = args.devices
     if count is None and args.mesh_shape is not None:
         count = math.prod(args.mesh_shape)

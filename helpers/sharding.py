@@ -563,7 +563,17 @@ class ShardBlock:
 def sharding_of(x: Any, where: str = "array") -> tuple[tuple[int, ...], Sharding]:
     """``(shape, sharding)`` of a placed array, an abstract array or an explicit pair."""
     if isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], Sharding):
-        return tuple(x[0]), x[1]
+        shape = x[0]
+        if not isinstance(shape, Sequence) or not all(
+            hasattr(d, "__index__") and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise ValueError(
+                f"{where}: the shape of a (shape, sharding) pair must be a tuple of whole "
+                f"numbers >= 0, got {shape!r}."
+            )
+        shape = tuple(int(d) for d in shape)
+        _check_fits(shape, x[1], where)
+        return shape, x[1]
     shape = _shape_of(x, where)
     sharding = getattr(x, "sharding", None)
     if not isinstance(sharding, Sharding):
@@ -579,7 +589,32 @@ def sharding_of(x: Any, where: str = "array") -> tuple[tuple[int, ...], Sharding
             "jax.set_mesh). Give it a concrete mesh: nnx.get_abstract_model(init, mesh), or a "
             "jax.ShapeDtypeStruct with sharding=NamedSharding(mesh, spec)."
         )
+    _check_fits(shape, sharding, where)
     return shape, sharding
+
+
+def _check_fits(shape: tuple[int, ...], sharding: Sharding, where: str) -> None:
+    """The series' error, before any jax call, for a spec that cannot lay out ``shape``:
+    more entries than dimensions, or a dimension its mesh axes do not divide."""
+    if not isinstance(sharding, NamedSharding):
+        return
+    spec = tuple(sharding.spec)
+    if len(spec) > len(shape):
+        raise ValueError(
+            f"{where} (shape {shape}) has spec {sharding.spec} with {len(spec)} entries, but "
+            f"the array has {len(shape)} dimension(s): a spec names at most one entry per "
+            "dimension."
+        )
+    for dim, entry in enumerate(spec):
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        n = math.prod(int(sharding.mesh.shape[a]) for a in axes)
+        if n > 1 and shape[dim] % n:
+            raise ValueError(
+                f"{where} (shape {shape}) has spec {sharding.spec}: dimension {dim} (size "
+                f"{shape[dim]}) is split over {' x '.join(map(repr, axes))} ({n} devices), "
+                f"which does not divide it. Use a size divisible by {n}, or leave that "
+                "dimension unsplit (None)."
+            )
 
 
 def shard_layout(shape: tuple[int, ...], sharding: Sharding) -> list[ShardBlock]:

@@ -8,6 +8,7 @@ notebooks, where the learner can see them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -115,11 +116,36 @@ def init_sharded(
         return nn.meta.unbox(model.init(k, x)["params"])
 
     with compat.set_mesh(mesh), nn.logical_axis_rules(rules_t):
-        params = jax.jit(init_params, out_shardings=shardings)(key)
+        try:
+            params = jax.jit(init_params, out_shardings=shardings)(key)
+        except ValueError as err:
+            _explain_flax_error(err)
+            raise
     opt_state, opt_shardings = None, None
     if optimizer is not None:
         opt_state, opt_shardings = init_opt_state(optimizer, params, shardings, mesh)
     return ShardedState(params, opt_state, shardings, opt_shardings)
+
+
+_RANK_TRAP = re.compile(r"rank at least (\d+), but was applied to a value of rank (\d+)")
+
+
+def _explain_flax_error(err: ValueError) -> None:
+    """Raise the series' explanation for a known trap of ``nn.with_logical_partitioning``
+    met inside Flax's init under a mesh; return (so the caller re-raises) for any other."""
+    m = _RANK_TRAP.search(str(err))
+    if "with_sharding_constraint" not in str(err) or m is None:
+        return
+    names, rank = m.groups()
+    raise ValueError(
+        f"init_sharded: a parameter's initialiser carries {names} logical names, but the "
+        f"array it draws has {rank} dimensions, so the sharding constraint Flax applies under "
+        "the mesh does not fit it. The usual cause: nn.DenseGeneral draws its kernel flat "
+        "(2-D) and reshapes it afterwards, so nn.with_logical_partitioning with one name per "
+        "final dimension meets the flat array (google/flax#3676; notebook 08, section 6.3). "
+        "Draw the kernel in its final shape inside the initialiser (as helpers.models does), "
+        "or give the initialiser one name per dimension of the array it draws."
+    ) from None
 
 
 def opt_state_shardings(
