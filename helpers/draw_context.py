@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from helpers.context import _check_layout, causal_block_work
 from helpers.draw import _axes_size_pt, _new_figure, _text_color, device_color
@@ -88,6 +89,7 @@ def draw_causal_work(
         bars.set_xlabel("device", fontsize=9)
         bars.set_ylabel("blocks with a visible key", fontsize=9)
         bars.tick_params(axis="y", labelsize=8)
+        bars.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole blocks
         bars.set_title(f"busiest / mean: {work.max() / work.mean():.2f}", fontsize=9.5)
         for spine in ("top", "right"):
             bars.spines[spine].set_visible(False)
