@@ -3,7 +3,8 @@
 ``draw_causal_work`` draws, for each way of splitting the sequence, the grid of (query
 chunk, key chunk) score blocks: a block a device must compute has that device's colour
 (``device_color``, as everywhere in the series) and its number; a block that lies wholly
-in the future is pale grey, skipped. Under each grid, the blocks per device as bars.
+in the future is pale grey (wholly masked: a kernel that skips such blocks never computes
+it). Under each grid, the blocks per device as bars.
 
 It takes ``axes`` or makes a figure, returns what it drew on, and never calls
 ``plt.show()``. Cells carry ``gid`` strings for tests:
@@ -17,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from helpers.context import _check_layout, causal_block_work
 from helpers.draw import _axes_size_pt, _new_figure, _text_color, device_color
@@ -76,7 +78,7 @@ def draw_causal_work(
         ax.tick_params(length=0)
         for spine in ax.spines.values():
             spine.set_visible(False)
-        ax.set_title(f"{name}\n(number: the device that computes it;\npale, no number: masked, skipped)",
+        ax.set_title(f"{name}\n(number: the device that holds its queries;\npale, no number: wholly masked)",
                      fontsize=9.5)  # fmt: skip
         work = causal_block_work(layout)
         bars = fig.add_subplot(grid[1, col])
@@ -85,8 +87,9 @@ def draw_causal_work(
         bars.set_ylim(0, top * 1.15)
         bars.set_xticks(range(n), [str(d) for d in range(n)], fontsize=8)
         bars.set_xlabel("device", fontsize=9)
-        bars.set_ylabel("blocks computed", fontsize=9)
+        bars.set_ylabel("blocks with a visible key", fontsize=9)
         bars.tick_params(axis="y", labelsize=8)
+        bars.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole blocks
         bars.set_title(f"busiest / mean: {work.max() / work.mean():.2f}", fontsize=9.5)
         for spine in ("top", "right"):
             bars.spines[spine].set_visible(False)
