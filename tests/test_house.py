@@ -21,7 +21,6 @@ STILL_LONG: dict[str, int] = {
     "draw_experts.draw_routing": 73,
     "draw_profile.plot_projection": 91,
     "draw_profile.plot_results": 67,
-    "zero.make_zero_train_step": 74,
 }
 
 
