@@ -1275,6 +1275,47 @@ def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
         t.set_visible(False)
 
 
+def _guide_answer(color: str) -> dict[str, Any]:
+    """The box style of a strategy (an answer) in the strategy guide."""
+    return {
+        "boxstyle": "round,pad=0.55",
+        "facecolor": color,
+        "edgecolor": "0.2",
+        "linewidth": 1.5,
+    }
+
+
+def _guide_box(
+    ax: Axes, xy: tuple[float, float], text: str, style: dict[str, Any], size: float, weight: str
+) -> None:
+    """A boxed text centred at ``xy``."""
+    ax.text(*xy, text, ha="center", va="center", fontsize=size, bbox=style, fontweight=weight)
+
+
+def _guide_arrow(
+    ax: Axes,
+    start: tuple[float, float],
+    end: tuple[float, float],
+    label: str,
+    label_xy: tuple[float, float] | None,
+) -> None:
+    """An arrow from ``start`` to ``end``, with a bold ``label`` at ``label_xy`` if given."""
+    ax.annotate(
+        "", xy=end, xytext=start, arrowprops={"arrowstyle": "-|>", "lw": 1.6, "color": "0.25"}
+    )
+    if label:
+        assert label_xy is not None
+        ax.text(
+            *label_xy,
+            label,
+            fontsize=10.5,
+            fontweight="bold",
+            color="0.1",
+            ha="center",
+            va="center",
+        )
+
+
 def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     """The chapter's missing summary picture (E12): a flowchart from model size, device
     memory and interconnect to the sharding strategy to pick. Notebook 03 explains it."""
@@ -1288,31 +1329,13 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     ax.set_axis_off()
     question = {"boxstyle": "round,pad=0.5", "facecolor": "#f3f3f3", "edgecolor": "0.35"}
 
-    def answer(color):
-        return {
-            "boxstyle": "round,pad=0.55",
-            "facecolor": color,
-            "edgecolor": "0.2",
-            "linewidth": 1.5,
-        }
+    answer = _guide_answer
 
     def box(xy, text, style, size=10.5, weight="normal"):
-        ax.text(*xy, text, ha="center", va="center", fontsize=size, bbox=style, fontweight=weight)
+        _guide_box(ax, xy, text, style, size, weight)
 
     def arrow(start, end, label="", label_xy=None):
-        ax.annotate(
-            "", xy=end, xytext=start, arrowprops={"arrowstyle": "-|>", "lw": 1.6, "color": "0.25"}
-        )
-        if label:
-            ax.text(
-                *label_xy,
-                label,
-                fontsize=10.5,
-                fontweight="bold",
-                color="0.1",
-                ha="center",
-                va="center",
-            )
+        _guide_arrow(ax, start, end, label, label_xy)
 
     box((6.5, 7.75), "Training state of P parameters: about 16·P bytes in fp32 with Adam\n"
         "(4 params + 4 grads + 8 Adam m, v), plus activations (they grow with batch × sequence)",
