@@ -318,6 +318,26 @@ def hlo_op_sequence(compiled: Any, include: Sequence[str] = ("dot",)) -> list[st
     text = compiled if isinstance(compiled, str) else compiled.as_text()
     if not isinstance(text, str) or "ENTRY" not in text:
         raise ValueError("hlo_op_sequence: expected a compiled executable or its HLO text.")
+    bodies, entry = _hlo_computations(text)
+    seq = []
+    for ln in bodies.get(entry or "", []):
+        m = _OP.match(ln)
+        if not m:
+            continue
+        op = m.group(1)
+        if op in _SHOWN or op in include:
+            seq.append(op)
+        elif op == "fusion":
+            called = _CALLS.search(ln)
+            for want in include:
+                if called and _calls_op(bodies, called.group(1), want):
+                    seq.append(want)
+                    break
+    return seq
+
+
+def _hlo_computations(text: str) -> tuple[dict[str, list[str]], str | None]:
+    """Each computation's body lines in HLO ``text``, and the entry computation's name."""
     bodies: dict[str, list[str]] = {}
     entry, current = None, None
     for line in text.splitlines():
@@ -333,33 +353,18 @@ def hlo_op_sequence(compiled: Any, include: Sequence[str] = ("dot",)) -> list[st
                 current = None
             else:
                 bodies[current].append(line)
+    return bodies, entry
 
-    def contains(name: str, op: str, depth: int = 0) -> bool:
-        for ln in bodies.get(name, []):
-            m = _OP.match(ln)
-            if not m:
-                continue
-            if m.group(1) == op:
-                return True
-            called = _CALLS.search(ln)
-            if called and depth < 4 and contains(called.group(1), op, depth + 1):
-                return True
-        return False
 
-    seq = []
-    for ln in bodies.get(entry or "", []):
+def _calls_op(bodies: dict[str, list[str]], name: str, op: str, depth: int = 0) -> bool:
+    """Whether computation ``name`` holds ``op``, itself or in what it calls (4 levels)."""
+    for ln in bodies.get(name, []):
         m = _OP.match(ln)
         if not m:
             continue
-        op = m.group(1)
-        if op in _SHOWN:
-            seq.append(op)
-        elif op in include:
-            seq.append(op)
-        elif op == "fusion":
-            called = _CALLS.search(ln)
-            for want in include:
-                if called and contains(called.group(1), want):
-                    seq.append(want)
-                    break
-    return seq
+        if m.group(1) == op:
+            return True
+        called = _CALLS.search(ln)
+        if called and depth < 4 and _calls_op(bodies, called.group(1), op, depth + 1):
+            return True
+    return False

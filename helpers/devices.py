@@ -97,20 +97,29 @@ def use_simulated_devices(
                 )
             return devices
     if compat.backend_started():
-        devices = jax.devices()
-        if devices[0].platform == "cpu" and len(devices) == want:
-            if real_accelerators == "auto" and not quiet:
-                print(
-                    f"JAX {jax.__version__}: no GPU or TPU found; running on {_describe(devices)}, "
-                    "simulated on this machine's CPU."
-                )
-            return devices
-        raise RuntimeError(
-            f"use_simulated_devices(n={want}): JAX has already started with "
-            f"{_describe(devices)}, and a running process cannot change its device count. "
-            "Restart the kernel (Kernel > Restart) and run this cell before any other JAX code."
-        )
+        return _started_cpu_devices(want, real_accelerators == "auto", quiet)
+    return _start_cpu_devices(want, quiet)
 
+
+def _started_cpu_devices(want: int, auto: bool, quiet: bool) -> list[jax.Device]:
+    """The devices of a backend already running: ``want`` CPU devices, or a RuntimeError."""
+    devices = jax.devices()
+    if devices[0].platform == "cpu" and len(devices) == want:
+        if auto and not quiet:
+            print(
+                f"JAX {jax.__version__}: no GPU or TPU found; running on {_describe(devices)}, "
+                "simulated on this machine's CPU."
+            )
+        return devices
+    raise RuntimeError(
+        f"use_simulated_devices(n={want}): JAX has already started with "
+        f"{_describe(devices)}, and a running process cannot change its device count. "
+        "Restart the kernel (Kernel > Restart) and run this cell before any other JAX code."
+    )
+
+
+def _start_cpu_devices(want: int, quiet: bool) -> list[jax.Device]:
+    """Start JAX's CPU backend with ``want`` simulated devices and say so."""
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", want)
     devices = jax.devices()

@@ -788,6 +788,54 @@ def _whole_everywhere(leaf: Any) -> bool:
     return len(shard_layout(tuple(shape), sharding)) == 1
 
 
+def _fold_end(
+    units: list[tuple[str, list[tuple[tuple[str, ...], Any]], list[str]]],
+    i: int,
+    m: re.Match[str] | None,
+) -> int:
+    """One past the last unit that folds with unit ``i``: consecutive numbers, same leaves."""
+    j = i + 1
+    if m:
+        sig = _signature(units[i][1])
+        while j < len(units):
+            mj = _NUMBERED.fullmatch(units[j][0])
+            expected = int(m.group(2)) + (j - i)
+            if not (mj and mj.group(1) == m.group(1) and int(mj.group(2)) == expected):
+                break
+            if _signature(units[j][1]) != sig:
+                break
+            j += 1
+    return j
+
+
+def _add_panels(
+    group: _Group, items: list[tuple[tuple[str, ...], Any]], names: list[str], fold: bool
+) -> None:
+    """One panel per leaf of ``items``, the whole vectors (when folding) together in one."""
+    header = group.header
+    vector_idx = [
+        k
+        for k, (_, leaf) in enumerate(items)
+        if fold and len(leaf.shape) <= 1 and _whole_everywhere(leaf)
+    ]
+    shown_vectors = False
+    for k, (rel, leaf) in enumerate(items):
+        if k in vector_idx and len(vector_idx) > 1:
+            if not shown_vectors:
+                group.panels.append(
+                    _Panel(
+                        ["/".join(items[v][0]) for v in vector_idx],
+                        [names[v] for v in vector_idx],
+                        [items[v][1] for v in vector_idx],
+                        vectors=True,
+                    )
+                )
+                shown_vectors = True
+            continue
+        title = "/".join(x for x in (header, *rel) if x)  # the path, with the fold's label
+        group.panels.append(_Panel([title], [names[k]], [leaf], vectors=False))
+
+
 def _groups(leaves: list[tuple[str, Any]], fold: bool) -> list[_Group]:
     """Split ordered ``(path, leaf)`` pairs into layers, folding identical numbered ones."""
     parts = [tuple(name.split("/")) for name, _ in leaves]
@@ -809,18 +857,8 @@ def _groups(leaves: list[tuple[str, Any]], fold: bool) -> list[_Group]:
     i = 0
     while i < len(units):
         head, items, names = units[i]
-        j = i + 1
         m = _NUMBERED.fullmatch(head) if fold and head else None
-        if m:
-            sig = _signature(items)
-            while j < len(units):
-                mj = _NUMBERED.fullmatch(units[j][0])
-                expected = int(m.group(2)) + (j - i)
-                if not (mj and mj.group(1) == m.group(1) and int(mj.group(2)) == expected):
-                    break
-                if _signature(units[j][1]) != sig:
-                    break
-                j += 1
+        j = _fold_end(units, i, m)
         if j - i > 1:
             last = _NUMBERED.fullmatch(units[j - 1][0])
             assert m is not None and last is not None
@@ -829,27 +867,7 @@ def _groups(leaves: list[tuple[str, Any]], fold: bool) -> list[_Group]:
             label = head
         header = "/".join(x for x in (prefix, label) if x)
         group = _Group(header, j - i)
-        vector_idx = [
-            k
-            for k, (_, leaf) in enumerate(items)
-            if fold and len(leaf.shape) <= 1 and _whole_everywhere(leaf)
-        ]
-        shown_vectors = False
-        for k, (rel, leaf) in enumerate(items):
-            if k in vector_idx and len(vector_idx) > 1:
-                if not shown_vectors:
-                    group.panels.append(
-                        _Panel(
-                            ["/".join(items[v][0]) for v in vector_idx],
-                            [names[v] for v in vector_idx],
-                            [items[v][1] for v in vector_idx],
-                            vectors=True,
-                        )
-                    )
-                    shown_vectors = True
-                continue
-            title = "/".join(x for x in (header, *rel) if x)  # the path, with the fold's label
-            group.panels.append(_Panel([title], [names[k]], [leaf], vectors=False))
+        _add_panels(group, items, names, fold)
         groups.append(group)
         i = j
     return groups
@@ -1257,6 +1275,47 @@ def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
         t.set_visible(False)
 
 
+def _guide_answer(color: str) -> dict[str, Any]:
+    """The box style of a strategy (an answer) in the strategy guide."""
+    return {
+        "boxstyle": "round,pad=0.55",
+        "facecolor": color,
+        "edgecolor": "0.2",
+        "linewidth": 1.5,
+    }
+
+
+def _guide_box(
+    ax: Axes, xy: tuple[float, float], text: str, style: dict[str, Any], size: float, weight: str
+) -> None:
+    """A boxed text centred at ``xy``."""
+    ax.text(*xy, text, ha="center", va="center", fontsize=size, bbox=style, fontweight=weight)
+
+
+def _guide_arrow(
+    ax: Axes,
+    start: tuple[float, float],
+    end: tuple[float, float],
+    label: str,
+    label_xy: tuple[float, float] | None,
+) -> None:
+    """An arrow from ``start`` to ``end``, with a bold ``label`` at ``label_xy`` if given."""
+    ax.annotate(
+        "", xy=end, xytext=start, arrowprops={"arrowstyle": "-|>", "lw": 1.6, "color": "0.25"}
+    )
+    if label:
+        assert label_xy is not None
+        ax.text(
+            *label_xy,
+            label,
+            fontsize=10.5,
+            fontweight="bold",
+            color="0.1",
+            ha="center",
+            va="center",
+        )
+
+
 def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     """The chapter's missing summary picture (E12): a flowchart from model size, device
     memory and interconnect to the sharding strategy to pick. Notebook 03 explains it."""
@@ -1270,31 +1329,13 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     ax.set_axis_off()
     question = {"boxstyle": "round,pad=0.5", "facecolor": "#f3f3f3", "edgecolor": "0.35"}
 
-    def answer(color):
-        return {
-            "boxstyle": "round,pad=0.55",
-            "facecolor": color,
-            "edgecolor": "0.2",
-            "linewidth": 1.5,
-        }
+    answer = _guide_answer
 
     def box(xy, text, style, size=10.5, weight="normal"):
-        ax.text(*xy, text, ha="center", va="center", fontsize=size, bbox=style, fontweight=weight)
+        _guide_box(ax, xy, text, style, size, weight)
 
     def arrow(start, end, label="", label_xy=None):
-        ax.annotate(
-            "", xy=end, xytext=start, arrowprops={"arrowstyle": "-|>", "lw": 1.6, "color": "0.25"}
-        )
-        if label:
-            ax.text(
-                *label_xy,
-                label,
-                fontsize=10.5,
-                fontweight="bold",
-                color="0.1",
-                ha="center",
-                va="center",
-            )
+        _guide_arrow(ax, start, end, label, label_xy)
 
     box((6.5, 7.75), "Training state of P parameters: about 16·P bytes in fp32 with Adam\n"
         "(4 params + 4 grads + 8 Adam m, v), plus activations (they grow with batch × sequence)",

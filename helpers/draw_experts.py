@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -35,6 +36,49 @@ def _ints(a: Any, name: str) -> np.ndarray:
     return arr
 
 
+def _check_routing(ex: np.ndarray, kp: np.ndarray, n_experts: int, n_devices: int) -> int:
+    """Refuse what ``draw_routing`` cannot draw; the number of tokens."""
+    if ex.shape != kp.shape:
+        raise ValueError(f"draw_routing: expert {ex.shape} and kept {kp.shape} must match.")
+    for name, v in (("n_experts", n_experts), ("n_devices", n_devices)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"draw_routing: {name}={v!r} must be an int >= 1.")
+    tokens = ex.shape[0]
+    if n_experts % n_devices or tokens % n_devices:
+        raise ValueError(
+            f"draw_routing: n_devices={n_devices} must divide the {tokens} tokens and the "
+            f"n_experts={n_experts} experts."
+        )
+    if ex.size and (ex.min() < 0 or ex.max() >= n_experts):
+        raise ValueError(f"draw_routing: expert ids must lie in 0..{n_experts - 1}.")
+    return tokens
+
+
+def _draw_load_bars(
+    bars: Axes, ex: np.ndarray, kp: np.ndarray, n_experts: int, exp_dev: np.ndarray
+) -> None:
+    """The tokens each expert took and dropped, as stacked bars in its device's colour."""
+    took = np.array([int((kp & (ex == e)).sum()) for e in range(n_experts)])
+    dropped = np.array([int((~kp & (ex == e)).sum()) for e in range(n_experts)])
+    colors = [device_color(int(d)) for d in exp_dev]
+    bars.bar(range(n_experts), took, color=colors, edgecolor="0.3", linewidth=0.5,
+             label="taken")  # fmt: skip
+    bars.bar(range(n_experts), dropped, bottom=took, color="0.9", edgecolor="0.45",
+             hatch="///", linewidth=0.5, label="dropped")  # fmt: skip
+    step = max(1, int(np.ceil(n_experts / 16)))
+    bars.set_xticks(range(0, n_experts, step), [str(e) for e in range(0, n_experts, step)],
+                    fontsize=8)  # fmt: skip
+    bars.tick_params(axis="y", labelsize=8)
+    bars.set_xlabel("expert", fontsize=9)
+    bars.set_ylabel("tokens routed to it", fontsize=9)
+    bars.set_ylim(0, 1.3 * max(1, int((took + dropped).max())))  # headroom for the legend
+    bars.legend(fontsize=8, frameon=False, loc="upper center", ncol=2)
+    bars.set_title(f"load per expert: {int(dropped.sum())} of {kp.size} choices dropped",
+                   fontsize=9.5)  # fmt: skip
+    for spine in ("top", "right"):
+        bars.spines[spine].set_visible(False)
+
+
 def draw_routing(
     expert: Any,
     kept: Any,
@@ -50,19 +94,7 @@ def draw_routing(
     ``j`` holds experts ``j·E/n ... (j+1)·E/n - 1``.
     """
     ex, kp = _ints(expert, "expert"), _ints(kept, "kept").astype(bool)
-    if ex.shape != kp.shape:
-        raise ValueError(f"draw_routing: expert {ex.shape} and kept {kp.shape} must match.")
-    for name, v in (("n_experts", n_experts), ("n_devices", n_devices)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"draw_routing: {name}={v!r} must be an int >= 1.")
-    tokens = ex.shape[0]
-    if n_experts % n_devices or tokens % n_devices:
-        raise ValueError(
-            f"draw_routing: n_devices={n_devices} must divide the {tokens} tokens and the "
-            f"n_experts={n_experts} experts."
-        )
-    if ex.size and (ex.min() < 0 or ex.max() >= n_experts):
-        raise ValueError(f"draw_routing: expert ids must lie in 0..{n_experts - 1}.")
+    tokens = _check_routing(ex, kp, n_experts, n_devices)
     tok_dev = np.arange(tokens) // (tokens // n_devices)
     exp_dev = np.arange(n_experts) // (n_experts // n_devices)
     if fig is None:
@@ -102,23 +134,5 @@ def draw_routing(
     ax.set_title("each token to its experts (colour: the device holding it;\n"
                  "dashed grey: dropped, the expert was full)", fontsize=9.5)  # fmt: skip
     bars = fig.add_subplot(grid[0, 1])
-    took = np.array([int((kp & (ex == e)).sum()) for e in range(n_experts)])
-    dropped = np.array([int((~kp & (ex == e)).sum()) for e in range(n_experts)])
-    colors = [device_color(int(d)) for d in exp_dev]
-    bars.bar(range(n_experts), took, color=colors, edgecolor="0.3", linewidth=0.5,
-             label="taken")  # fmt: skip
-    bars.bar(range(n_experts), dropped, bottom=took, color="0.9", edgecolor="0.45",
-             hatch="///", linewidth=0.5, label="dropped")  # fmt: skip
-    step = max(1, int(np.ceil(n_experts / 16)))
-    bars.set_xticks(range(0, n_experts, step), [str(e) for e in range(0, n_experts, step)],
-                    fontsize=8)  # fmt: skip
-    bars.tick_params(axis="y", labelsize=8)
-    bars.set_xlabel("expert", fontsize=9)
-    bars.set_ylabel("tokens routed to it", fontsize=9)
-    bars.set_ylim(0, 1.3 * max(1, int((took + dropped).max())))  # headroom for the legend
-    bars.legend(fontsize=8, frameon=False, loc="upper center", ncol=2)
-    bars.set_title(f"load per expert: {int(dropped.sum())} of {kp.size} choices dropped",
-                   fontsize=9.5)  # fmt: skip
-    for spine in ("top", "right"):
-        bars.spines[spine].set_visible(False)
+    _draw_load_bars(bars, ex, kp, n_experts, exp_dev)
     return fig

@@ -20,23 +20,10 @@ from helpers.results import StrategyResult, spread
 from helpers.trace import Span, exposed_spans
 
 
-def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
-    """Two panels: every timed step (dots) and its median (bar), and per-device memory.
-
-    On CPU devices the time panel says that it shows noise. Draws on ``axes`` (two
-    matplotlib Axes) if given; returns the Figure.
-    """
-    import matplotlib.pyplot as plt
-
-    if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
-    else:
-        fig = axes[0].figure
-    names = [r.strategy for r in results]
-    xs = np.arange(len(results))
-    ax_t, ax_m = axes
-    r0 = results[0]
-    cpu = r0.platform == "cpu"
+def _plot_step_times(
+    ax_t: Any, results: Sequence[StrategyResult], xs: np.ndarray, names: list[str], cpu: bool
+) -> None:
+    """The time panel: each strategy's median (bar) and every timed step (dots)."""
     med = np.array([(r.step_median_s or 0) * 1e3 for r in results])
     ax_t.bar(xs, med, width=0.6, color="#4c72b0", alpha=0.35 if cpu else 1.0, label="median")
     for x, r in zip(xs, results, strict=True):
@@ -67,6 +54,12 @@ def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
         fontsize=10,
     )
     ax_t.legend(fontsize=8, loc="upper left")
+
+
+def _plot_step_memory(
+    ax_m: Any, results: Sequence[StrategyResult], xs: np.ndarray, names: list[str]
+) -> None:
+    """The memory panel: arguments and temporaries stacked, and the allocator's peak."""
     arg_b = np.array([r.step_memory["argument"] for r in results], dtype=float)
     tmp_b = np.array([r.step_memory["temp"] for r in results], dtype=float)
     unit, scale = ("GiB", 2**30) if max(arg_b + tmp_b) >= 2**31 else ("MiB", 2**20)
@@ -90,6 +83,27 @@ def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
     ax_m.set_title("memory per device (compiled step): exact", fontsize=10)
     ax_m.legend(fontsize=8, loc="upper right")
     ax_m.set_ylim(0, max(max(arg + tmp), max((p or 0) / scale for p in peaks)) * 1.4)
+
+
+def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
+    """Two panels: every timed step (dots) and its median (bar), and per-device memory.
+
+    On CPU devices the time panel says that it shows noise. Draws on ``axes`` (two
+    matplotlib Axes) if given; returns the Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
+    else:
+        fig = axes[0].figure
+    names = [r.strategy for r in results]
+    xs = np.arange(len(results))
+    ax_t, ax_m = axes
+    r0 = results[0]
+    cpu = r0.platform == "cpu"
+    _plot_step_times(ax_t, results, xs, names, cpu)
+    _plot_step_memory(ax_m, results, xs, names)
     where = f"{r0.n_devices} x {r0.device_kind}" + (" (simulated: not GPU timings)" if cpu else "")
     fig.suptitle(f"model '{r0.model}', preset '{r0.preset}' on {where}")
     return fig
@@ -102,6 +116,62 @@ _LABEL_ROOM = 0.35
 
 def _label(case: tuple[str, bool]) -> str:
     return f"{case[0]} + remat" if case[1] else case[0]
+
+
+def _distinct_curves(
+    cfg: cm.SizedModel,
+    cases: Sequence[tuple[str, bool]],
+    n_devices: int,
+    flops_per_s: float,
+    bw: float,
+    bytes_per_param: float,
+    tokens: np.ndarray,
+) -> list[tuple[list[str], np.ndarray, tuple[str, bool]]]:
+    """Each case's projected step time on one link; cases with the same curve share one."""
+    curves: list[tuple[list[str], np.ndarray, tuple[str, bool]]] = []
+    for case in cases:
+        y = cm.step_cost(
+            cfg,
+            case[0],
+            n_devices,
+            flops_per_s,
+            bw,
+            bytes_per_param,
+            tokens=tokens,
+            remat=case[1],
+        ).step_s
+        same = next((c for c in curves if np.allclose(c[1], y)), None)
+        if same:
+            same[0].append(_label(case))
+        else:
+            curves.append(([_label(case)], y, case))
+    return curves
+
+
+def _annotate_marks(ax: Any, marks: list[tuple[float, str, str]], tokens: np.ndarray) -> None:
+    """A vertical line and a label per mark (a knee, or the scaling book's C/W)."""
+    span = np.log(tokens.max() / tokens.min())
+    for n, (k, label, colour) in enumerate(marks):
+        book = label == "scaling book C/W"
+        ax.axvline(k, color=colour, ls="-." if book else ":", lw=1)
+        # A label runs away from the nearest other mark, so that it never crosses that
+        # mark's line (the knee and C/W sit close together); to the left only where
+        # there is room for it.
+        others = [m[0] for j, m in enumerate(marks) if j != n]
+        nearest = min(others, key=lambda o: abs(np.log(o / k)), default=0.0)
+        left = nearest > k and np.log(k / tokens.min()) / span > _LABEL_ROOM
+        ax.annotate(
+            f"{label}: {k:,.0f} tokens" if book else f"knee ({label}): {k:,.0f} tokens",
+            (k, 0.95 - 0.07 * n),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3 if left else 3, 0),
+            textcoords="offset points",
+            ha="right" if left else "left",
+            fontsize=8,
+            color=colour,
+            bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1},
+            va="top",
+        )
 
 
 def plot_projection(
@@ -142,23 +212,7 @@ def plot_projection(
     colours = ["#4c72b0", "#dd8452", "#c44e52", "#8172b3", "#55a868"]
     marks: list[tuple[float, str, str]] = []
     for i, (bw_name, bw) in enumerate(bandwidths.items()):
-        curves: list[tuple[list[str], np.ndarray, tuple[str, bool]]] = []
-        for case in cases:
-            y = cm.step_cost(
-                cfg,
-                case[0],
-                n_devices,
-                flops_per_s,
-                bw,
-                bytes_per_param,
-                tokens=tokens,
-                remat=case[1],
-            ).step_s
-            same = next((c for c in curves if np.allclose(c[1], y)), None)
-            if same:
-                same[0].append(_label(case))
-            else:
-                curves.append(([_label(case)], y, case))
+        curves = _distinct_curves(cfg, cases, n_devices, flops_per_s, bw, bytes_per_param, tokens)
         for j, (labels, y, case) in enumerate(curves):
             colour = colours[j % len(colours)]
             ax.plot(
@@ -179,28 +233,7 @@ def plot_projection(
                     marks.append((k, " = ".join(labels), colour))
     if scaling_book is not None:
         marks.append((scaling_book, "scaling book C/W", "k"))
-    span = np.log(tokens.max() / tokens.min())
-    for n, (k, label, colour) in enumerate(marks):
-        book = label == "scaling book C/W"
-        ax.axvline(k, color=colour, ls="-." if book else ":", lw=1)
-        # A label runs away from the nearest other mark, so that it never crosses that
-        # mark's line (the knee and C/W sit close together); to the left only where
-        # there is room for it.
-        others = [m[0] for j, m in enumerate(marks) if j != n]
-        nearest = min(others, key=lambda o: abs(np.log(o / k)), default=0.0)
-        left = nearest > k and np.log(k / tokens.min()) / span > _LABEL_ROOM
-        ax.annotate(
-            f"{label}: {k:,.0f} tokens" if book else f"knee ({label}): {k:,.0f} tokens",
-            (k, 0.95 - 0.07 * n),
-            xycoords=("data", "axes fraction"),
-            xytext=(-3 if left else 3, 0),
-            textcoords="offset points",
-            ha="right" if left else "left",
-            fontsize=8,
-            color=colour,
-            bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1},
-            va="top",
-        )
+    _annotate_marks(ax, marks, tokens)
     ax.set(
         xscale="log",
         yscale="log",

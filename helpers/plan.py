@@ -380,6 +380,197 @@ def _divides(flag: str, degree: int, what: str, size: int) -> None:
         raise PlanError(f"{flag}={degree} does not divide {what} ({size}).")
 
 
+def _resolve(model: ModelSpec | str, hardware: Hardware | str) -> tuple[ModelSpec, Hardware]:
+    """The model and hardware a name stands for (or the objects given)."""
+    if isinstance(model, str):
+        if model not in NAMED_MODELS:
+            raise PlanError(f"--config: unknown model {model!r}; named: {sorted(NAMED_MODELS)}.")
+        model = NAMED_MODELS[model]
+    if isinstance(hardware, str):
+        if hardware not in HARDWARE:
+            raise PlanError(f"--hardware: unknown {hardware!r}; one of {sorted(HARDWARE)}.")
+        hardware = HARDWARE[hardware]
+    return model, hardware
+
+
+def _check_degrees(degrees: dict[str, int], gpus: int | None) -> int:
+    """Each degree positive and, when ``gpus`` is given, their product equal to it."""
+    for axis, d in degrees.items():
+        _positive(f"--{axis}", d)
+    n_dev = math.prod(degrees.values())
+    if gpus is not None and _positive("--gpus", gpus) != n_dev:
+        product = " x ".join(f"{a} {d}" for a, d in degrees.items() if d > 1) or "1"
+        raise PlanError(f"--gpus={gpus} is not the product of the degrees ({product} = {n_dev}).")
+    return n_dev
+
+
+def _check_choices(zero: int, precision: str, remat: str) -> None:
+    """The settings that take one of a few values."""
+    if zero not in (0, 1, 2, 3):
+        raise PlanError(f"--zero must be 0, 1, 2 or 3, got {zero!r}.")
+    if precision not in ("mixed", "f32"):
+        raise PlanError(f"--precision must be 'mixed' or 'f32', got {precision!r}.")
+    if remat not in ("none", "full"):
+        raise PlanError(f"--remat must be 'none' or 'full', got {remat!r}.")
+
+
+def _check_shapes(model: ModelSpec, degrees: dict[str, int], seq: int) -> None:
+    """Each model-parallel degree divides the dimension it splits (or needs shapes at all)."""
+    if model.params_only:
+        for axis in ("tp", "pp", "cp", "ep"):
+            if degrees[axis] > 1:
+                raise PlanError(
+                    f"--{axis}={degrees[axis]} needs the model's shapes (--config); --params "
+                    "gives only a count."
+                )
+        return
+    pp, tp = degrees["pp"], degrees["tp"]
+    _divides("--pp", pp, "the number of layers", model.n_layers)
+    _divides("--tp", tp, "the number of key/value heads", model.n_kv_heads)
+    _divides("--tp", tp, "the MLP width", model.ffn)
+    _divides("--tp", tp, "the vocabulary", model.vocab)
+    _divides("--cp", degrees["cp"], "the sequence length", seq)
+    _divides("--ep", degrees["ep"], "the number of experts", model.n_experts)
+
+
+def _local_params(model: ModelSpec, degrees: dict[str, int]) -> float:
+    """Parameters held by the fullest device before ZeRO.
+
+    tp and pp split them, ep splits the experts; norms and the router stay whole within a
+    tp group.
+    """
+    if model.params_only:
+        return float(model.param_count())
+    tp, pp, ep = degrees["tp"], degrees["pp"], degrees["ep"]
+    layers = model.n_layers // pp
+    per_layer = (model.attn_params() + model.expert_params() / ep) / tp
+    per_layer += model.router_params() + 2 * model.norm_vectors * model.hidden
+    embed = model.vocab * model.hidden / tp
+    edge = embed * (1 if model.tied or pp > 1 else 2) + model.norm_vectors * model.hidden
+    return layers * per_layer + edge
+
+
+def _state_bytes(
+    local: float, dp: int, zero: int, w_b: int, g_b: int, opt_b: int
+) -> dict[str, float]:
+    """Bytes of parameters, gradients and optimizer state per device, after ZeRO's split."""
+    return {
+        "params": local * w_b / (dp if zero >= 3 else 1),
+        "grads": local * g_b / (dp if zero >= 2 else 1),
+        "optimizer": local * opt_b / (dp if zero >= 1 else 1),
+    }
+
+
+def _activation_note(flash_attention: bool, pp: int) -> str:
+    """The plan's note on how activations were counted."""
+    return (
+        "activations: LLaMA-style block, "
+        + ("fused (flash) attention, no score matrix" if flash_attention else "scores stored")
+        + (", 1F1B keeps pp micro-batches in flight" if pp > 1 else "")
+    )
+
+
+def _step_flops(
+    model: ModelSpec, degrees: dict[str, int], tokens: int, seq: int
+) -> tuple[float, float]:
+    """(FLOPs per micro-batch on one device, the whole model's FLOPs per micro-batch).
+
+    PaLM's count: 6 per active matmul parameter per token plus attention's 12 L H Q T,
+    split by tp and cp, and over pp stages.
+    """
+    n_active = model.active_params()
+    if model.params_only:
+        flops = 6.0 * tokens * n_active
+        return flops, flops
+    attn = 12 * model.n_layers * model.n_heads * model.head_dim * seq
+    matmul = n_active - model.embed_params() + model.vocab * model.hidden
+    model_flops = tokens * (6.0 * matmul + attn)
+    return model_flops / (degrees["tp"] * degrees["cp"] * degrees["pp"]), model_flops
+
+
+def _axis_bandwidths(degrees: dict[str, int], hardware: Hardware) -> dict[str, float]:
+    """Each axis's bandwidth: the fast link while the axes inside it fit one node."""
+    bw: dict[str, float] = {}
+    inner = 1
+    for axis in reversed(AXES):
+        d = degrees[axis]
+        bw[axis] = hardware.link_bw if inner * d <= hardware.per_node else hardware.network_bw
+        inner *= d
+    return bw
+
+
+def _dp_phases(local: float, dp: int, zero: int, g_b: int, m: int) -> cost_model.Phases:
+    """The data-parallel axis's bytes per step, forward and backward."""
+    strategy = "fsdp" if zero == 3 else "dp"
+    # ZeRO-3 frees each layer's gathered weights after its forward pass and gathers them
+    # again for the backward one (1.5x DP's traffic, the ZeRO paper's Section 7.2.2): the
+    # cost model's FSDP with remat's extra gather.
+    dp_bytes = cost_model.comm_bytes(strategy, round(local), dp, g_b, remat=zero == 3)
+    # With micro-batches, a device that keeps only a slice of the gradients (ZeRO-2, -3)
+    # reduce-scatters them after every micro-batch, and ZeRO-3 gathers the weights again
+    # for every one; DP and ZeRO-1 accumulate whole gradients and reduce them once.
+    if zero == 3:
+        dp_bytes = cost_model.Phases(m * dp_bytes.forward, m * dp_bytes.backward)
+    elif zero == 2:
+        dp_bytes = cost_model.Phases(0.0, (m + 1) * dp_bytes.backward / 2)
+    return dp_bytes
+
+
+def _model_parallel_comm(
+    model: ModelSpec,
+    degrees: dict[str, int],
+    local_tokens: int,
+    act_b: int,
+    remat: str,
+    m: int,
+    bw: dict[str, float],
+    comm: dict[str, float],
+) -> tuple[float, float]:
+    """Fill ``comm`` for tp, cp, ep and pp; return the (forward, backward) serial seconds."""
+    fwd_serial = bwd_serial = 0.0
+    tp, cp, ep, pp = degrees["tp"], degrees["cp"], degrees["ep"], degrees["pp"]
+    h, act_tok = model.hidden, local_tokens * act_b
+    layers = model.n_layers // pp
+    recompute = 2 if remat == "full" else 1
+    if tp > 1:  # Megatron: two all-reduces of the activations per layer and direction
+        unit = 2 * (tp - 1) / tp * act_tok * h
+        fwd, bwd = 2 * layers * unit, 2 * layers * unit * recompute
+        comm["tp"] = m * (fwd + bwd)
+        fwd_serial += fwd / bw["tp"]
+        bwd_serial += bwd / bw["tp"]
+    if cp > 1:  # ring attention: K and V gathered, their gradients reduce-scattered
+        kv = 2 * model.n_kv_heads * model.head_dim * act_tok * (cp - 1)
+        comm["cp"] = m * layers * kv * (1 + recompute)
+    if ep > 1:  # all-to-all to the experts and back, each top_k copies of the tokens
+        a2a = 2 * act_tok * h * model.top_k * (ep - 1) / ep
+        fwd, bwd = layers * a2a, layers * a2a * recompute
+        comm["ep"] = m * (fwd + bwd)
+        fwd_serial += fwd / bw["ep"]
+        bwd_serial += bwd / bw["ep"]
+    if pp > 1:  # one activation forward and one gradient back per micro-batch
+        comm["pp"] = m * 2 * act_tok * h
+    return fwd_serial, bwd_serial
+
+
+def _step_seconds(
+    m: int,
+    pp: int,
+    local_tokens: int,
+    per_token: cost_model.Phases,
+    serial: tuple[float, float],
+    dp_bytes: cost_model.Phases,
+    dp_bw: float,
+    hardware: Hardware,
+) -> float:
+    """Seconds per step: compute plus serial collectives, stretched by the bubble, and dp's."""
+    fwd_c = m * (local_tokens * per_token.forward / hardware.peak_flops + serial[0])
+    bwd_c = m * (local_tokens * per_token.backward / hardware.peak_flops + serial[1])
+    bubble = (m + pp - 1) / m
+    dp_time = cost_model.Phases(dp_bytes.forward / dp_bw, dp_bytes.backward / dp_bw)
+    step = cost_model.StepCost(cost_model.Phases(fwd_c * bubble, bwd_c * bubble), dp_time)
+    return float(step.step_s)
+
+
 def plan_model(
     model: ModelSpec | str,
     hardware: Hardware | str = "h100",
@@ -408,163 +599,52 @@ def plan_model(
         dimension a degree does not divide, an unknown model or hardware, ...); the message
         is one line naming the setting.
     """
-    if isinstance(model, str):
-        if model not in NAMED_MODELS:
-            raise PlanError(f"--config: unknown model {model!r}; named: {sorted(NAMED_MODELS)}.")
-        model = NAMED_MODELS[model]
-    if isinstance(hardware, str):
-        if hardware not in HARDWARE:
-            raise PlanError(f"--hardware: unknown {hardware!r}; one of {sorted(HARDWARE)}.")
-        hardware = HARDWARE[hardware]
+    model, hardware = _resolve(model, hardware)
     degrees = {"pp": pp, "dp": dp, "ep": ep, "cp": cp, "tp": tp}
-    for axis, d in degrees.items():
-        _positive(f"--{axis}", d)
-    n_dev = math.prod(degrees.values())
-    if gpus is not None and _positive("--gpus", gpus) != n_dev:
-        product = " x ".join(f"{a} {d}" for a, d in degrees.items() if d > 1) or "1"
-        raise PlanError(f"--gpus={gpus} is not the product of the degrees ({product} = {n_dev}).")
-    if zero not in (0, 1, 2, 3):
-        raise PlanError(f"--zero must be 0, 1, 2 or 3, got {zero!r}.")
-    if precision not in ("mixed", "f32"):
-        raise PlanError(f"--precision must be 'mixed' or 'f32', got {precision!r}.")
-    if remat not in ("none", "full"):
-        raise PlanError(f"--remat must be 'none' or 'full', got {remat!r}.")
+    n_dev = _check_degrees(degrees, gpus)
+    _check_choices(zero, precision, remat)
     _positive("--micro-batch", micro_batch)
     _positive("--seq", seq)
     m = _positive("--grad-accum", grad_accum if grad_accum is not None else 4 * pp if pp > 1 else 1)
-    if model.params_only:
-        for axis in ("tp", "pp", "cp", "ep"):
-            if degrees[axis] > 1:
-                raise PlanError(
-                    f"--{axis}={degrees[axis]} needs the model's shapes (--config); --params "
-                    "gives only a count."
-                )
-    else:
-        _divides("--pp", pp, "the number of layers", model.n_layers)
-        _divides("--tp", tp, "the number of key/value heads", model.n_kv_heads)
-        _divides("--tp", tp, "the MLP width", model.ffn)
-        _divides("--tp", tp, "the vocabulary", model.vocab)
-        _divides("--cp", cp, "the sequence length", seq)
-        _divides("--ep", ep, "the number of experts", model.n_experts)
+    _check_shapes(model, degrees, seq)
 
     mixed = precision == "mixed"
     w_b, g_b, opt_b = (2, 2, 12) if mixed else (4, 4, 8)
     act_b = 2 if mixed else 4
     notes: list[str] = []
 
-    # Parameters held by the fullest device before ZeRO: tp and pp split them, ep splits
-    # the experts; norms and the router stay whole within a tp group.
-    if model.params_only:
-        local = float(model.param_count())
-        notes.append("--params: model states only; no activations, no tensor/pipeline axes.")
-    else:
-        layers = model.n_layers // pp
-        per_layer = (model.attn_params() + model.expert_params() / ep) / tp
-        per_layer += model.router_params() + 2 * model.norm_vectors * model.hidden
-        embed = model.vocab * model.hidden / tp
-        edge = embed * (1 if model.tied or pp > 1 else 2) + model.norm_vectors * model.hidden
-        local = layers * per_layer + edge
-    n_d = dp
-    params_b = local * w_b / (n_d if zero >= 3 else 1)
-    grads_b = local * g_b / (n_d if zero >= 2 else 1)
-    optim_b = local * opt_b / (n_d if zero >= 1 else 1)
-
+    local = _local_params(model, degrees)
+    per_device = _state_bytes(local, dp, zero, w_b, g_b, opt_b)
     tokens = micro_batch * seq  # per data-parallel rank per micro-batch
     local_tokens = tokens // cp
+    act = 0.0
     if model.params_only:
-        act = 0.0
+        notes.append("--params: model states only; no activations, no tensor/pipeline axes.")
     else:
-        act = _activation_bytes(
-            model,
-            local_tokens,
-            seq // cp,
-            micro_batch,
-            tp,
-            ep,
-            act_b,
-            remat,
-            flash_attention,
-            pp,
-            m,
-        )
-        notes.append(
-            "activations: LLaMA-style block, "
-            + ("fused (flash) attention, no score matrix" if flash_attention else "scores stored")
-            + (", 1F1B keeps pp micro-batches in flight" if pp > 1 else "")
-        )
-    total = params_b + grads_b + optim_b + act
-    per_device = {
-        "params": params_b,
-        "grads": grads_b,
-        "optimizer": optim_b,
-        "activations": act,
-        "total": total,
-    }
-
-    # FLOPs per micro-batch on one device (PaLM's count: 6 per active matmul parameter per
-    # token plus attention's 12 L H Q T), split by tp and cp, and over pp stages.
-    n_active = model.active_params()
-    if model.params_only:
-        flops = 6.0 * tokens * n_active
-        model_flops = flops
-    else:
-        attn = 12 * model.n_layers * model.n_heads * model.head_dim * seq
-        matmul = n_active - model.embed_params() + model.vocab * model.hidden
-        model_flops = tokens * (6.0 * matmul + attn)
-        flops = model_flops / (tp * cp * pp)
+        act = _activation_bytes(model, local_tokens, seq // cp, micro_batch, tp, ep, act_b,
+                                remat, flash_attention, pp, m)  # fmt: skip
+        notes.append(_activation_note(flash_attention, pp))
+    total = per_device["params"] + per_device["grads"] + per_device["optimizer"] + act
+    per_device["activations"] = act
+    per_device["total"] = total
+    flops, model_flops = _step_flops(model, degrees, tokens, seq)
     per_token = cost_model.flops_per_token(_Flops(1, local_tokens, flops), remat=remat == "full")
 
     # Communication per axis, per micro-batch (tp, cp, ep, pp) or per step (dp).
     comm: dict[str, float] = {}
-    bw: dict[str, float] = {}
-    inner = 1
-    for axis in reversed(AXES):
-        d = degrees[axis]
-        bw[axis] = hardware.link_bw if inner * d <= hardware.per_node else hardware.network_bw
-        inner *= d
-    strategy = "fsdp" if zero == 3 else "dp"
-    # ZeRO-3 frees each layer's gathered weights after its forward pass and gathers them
-    # again for the backward one (1.5x DP's traffic, the ZeRO paper's Section 7.2.2): the
-    # cost model's FSDP with remat's extra gather.
-    dp_bytes = cost_model.comm_bytes(strategy, round(local), dp, g_b, remat=zero == 3)
-    # With micro-batches, a device that keeps only a slice of the gradients (ZeRO-2, -3)
-    # reduce-scatters them after every micro-batch, and ZeRO-3 gathers the weights again
-    # for every one; DP and ZeRO-1 accumulate whole gradients and reduce them once.
-    if zero == 3:
-        dp_bytes = cost_model.Phases(m * dp_bytes.forward, m * dp_bytes.backward)
-    elif zero == 2:
-        dp_bytes = cost_model.Phases(0.0, (m + 1) * dp_bytes.backward / 2)
+    bw = _axis_bandwidths(degrees, hardware)
+    dp_bytes = _dp_phases(local, dp, zero, g_b, m)
     fwd_serial = bwd_serial = 0.0
     if not model.params_only:
-        h, act_tok = model.hidden, local_tokens * act_b
-        layers = model.n_layers // pp
-        recompute = 2 if remat == "full" else 1
-        if tp > 1:  # Megatron: two all-reduces of the activations per layer and direction
-            unit = 2 * (tp - 1) / tp * act_tok * h
-            fwd, bwd = 2 * layers * unit, 2 * layers * unit * recompute
-            comm["tp"] = m * (fwd + bwd)
-            fwd_serial += fwd / bw["tp"]
-            bwd_serial += bwd / bw["tp"]
-        if cp > 1:  # ring attention: K and V gathered, their gradients reduce-scattered
-            kv = 2 * model.n_kv_heads * model.head_dim * act_tok * (cp - 1)
-            comm["cp"] = m * layers * kv * (1 + recompute)
-        if ep > 1:  # all-to-all to the experts and back, each top_k copies of the tokens
-            a2a = 2 * act_tok * h * model.top_k * (ep - 1) / ep
-            fwd, bwd = layers * a2a, layers * a2a * recompute
-            comm["ep"] = m * (fwd + bwd)
-            fwd_serial += fwd / bw["ep"]
-            bwd_serial += bwd / bw["ep"]
-        if pp > 1:  # one activation forward and one gradient back per micro-batch
-            comm["pp"] = m * 2 * act_tok * h
+        fwd_serial, bwd_serial = _model_parallel_comm(
+            model, degrees, local_tokens, act_b, remat, m, bw, comm
+        )
     if dp > 1:
         comm["dp"] = float(dp_bytes.total)
 
-    fwd_c = m * (local_tokens * per_token.forward / hardware.peak_flops + fwd_serial)
-    bwd_c = m * (local_tokens * per_token.backward / hardware.peak_flops + bwd_serial)
-    bubble = (m + pp - 1) / m
-    dp_time = cost_model.Phases(dp_bytes.forward / bw["dp"], dp_bytes.backward / bw["dp"])
-    step = cost_model.StepCost(cost_model.Phases(fwd_c * bubble, bwd_c * bubble), dp_time)
-    step_s = float(step.step_s)
+    step_s = _step_seconds(
+        m, pp, local_tokens, per_token, (fwd_serial, bwd_serial), dp_bytes, bw["dp"], hardware
+    )
     total_tokens = tokens * dp * ep * m
     flops_step = model_flops * dp * ep * m
     mfu = flops_step / (step_s * n_dev * hardware.peak_flops)
@@ -573,7 +653,7 @@ def plan_model(
     notes.append("tp and ep collectives wait on the critical path; dp's overlap within a phase")
     return Plan(
         model=model.name, hardware=hardware.name, n_params=model.param_count(),
-        active_params=n_active, degrees=degrees, zero=zero, precision=precision,
+        active_params=model.active_params(), degrees=degrees, zero=zero, precision=precision,
         micro_batch=micro_batch, seq=seq, grad_accum=m, remat=remat,
         per_device_bytes=per_device, hbm_bytes=hardware.hbm_bytes,
         fits=total <= hardware.hbm_bytes, comm_bytes_per_step=comm, step_time_s=step_s,

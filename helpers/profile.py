@@ -400,39 +400,9 @@ def compare_strategies(
     )
     compiled: dict[str, _Compiled] = {}
     for strategy in strategies:
-        log(f"{strategy}: compiling the training step")
-        step, rules, compile_s = _compile(strategy, wl, mesh, optimizer, options)
-        stats = collective_stats(step)
-        result = StrategyResult(
-            strategy=strategy,
-            model=wl.model_name,
-            preset=wl.name,
-            config=config_dict(wl.cfg),
-            batch_per_device=wl.batch_per_device,
-            n_devices=len(devices),
-            mesh_shape=shape,
-            platform=platform,
-            device_kind=kind,
-            tokens_per_step=wl.tokens_per_step,
-            n_params=wl.cfg.param_count(),
-            compile_s=compile_s,
-            step_memory=step_memory(step),
-            collectives=stats,
-            comm_bytes_per_device=float(sum(s["sent_per_device"] for s in stats.values())),
-            flops_formula=wl.flops_per_step,
-            flops_hlo_per_device=compat.cost_flops(step),
-            program_fingerprint=program_fingerprint(step),
-            peak_name=None if peak is None else peak[0],
-            peak_flops_per_device=None if peak is None else peak[1],
-            remat=wl.remat,
-            resized=wl.resized,
-            compiler_options=dict(options),
+        compiled[strategy] = _compile_strategy(
+            strategy, wl, mesh, optimizer, options, len(devices), shape, (kind, platform), peak, log
         )
-        log(
-            f"{strategy}: compiled in {compile_s:.2f} s; step needs "
-            f"{format_bytes(result.step_memory['total'])} per device"
-        )
-        compiled[strategy] = _Compiled(step, rules, result)
 
     if not dry_run:
         batch = wl.batch(jax.random.key(seed + 1), mesh)  # one batch, shared by every strategy
@@ -441,6 +411,55 @@ def compare_strategies(
             _run(c, wl, mesh, optimizer, batch, steps, warmup, seed, devices, log, where,
                  trace_steps)  # fmt: skip
     return [compiled[s].result for s in strategies]
+
+
+def _compile_strategy(
+    strategy: str,
+    wl: Workload,
+    mesh: Any,
+    optimizer: Any,
+    options: dict[str, Any],
+    n_devices: int,
+    shape: tuple[int, ...],
+    where: tuple[str, str],
+    peak: tuple[str, float] | None,
+    log: Callable[[str], None],
+) -> _Compiled:
+    """Compile ``strategy``'s training step and fill in all that compiling tells."""
+    kind, platform = where
+    log(f"{strategy}: compiling the training step")
+    step, rules, compile_s = _compile(strategy, wl, mesh, optimizer, options)
+    stats = collective_stats(step)
+    result = StrategyResult(
+        strategy=strategy,
+        model=wl.model_name,
+        preset=wl.name,
+        config=config_dict(wl.cfg),
+        batch_per_device=wl.batch_per_device,
+        n_devices=n_devices,
+        mesh_shape=shape,
+        platform=platform,
+        device_kind=kind,
+        tokens_per_step=wl.tokens_per_step,
+        n_params=wl.cfg.param_count(),
+        compile_s=compile_s,
+        step_memory=step_memory(step),
+        collectives=stats,
+        comm_bytes_per_device=float(sum(s["sent_per_device"] for s in stats.values())),
+        flops_formula=wl.flops_per_step,
+        flops_hlo_per_device=compat.cost_flops(step),
+        program_fingerprint=program_fingerprint(step),
+        peak_name=None if peak is None else peak[0],
+        peak_flops_per_device=None if peak is None else peak[1],
+        remat=wl.remat,
+        resized=wl.resized,
+        compiler_options=dict(options),
+    )
+    log(
+        f"{strategy}: compiled in {compile_s:.2f} s; step needs "
+        f"{format_bytes(result.step_memory['total'])} per device"
+    )
+    return _Compiled(step, rules, result)
 
 
 def _run(
@@ -528,8 +547,24 @@ def format_table(results: Sequence[StrategyResult]) -> str:
     """The results as text: one column per strategy, one row per measurement, then notes."""
     if not results:
         return "no results"
-    r0 = results[0]
-    header = (
+    rows = _table_rows(results)
+    widths = [max(len(rw[i]) for rw in rows) for i in range(len(rows[0]))]
+    lines = [_table_header(results[0]), ""]
+    lines += [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(rw, widths, strict=True))
+        )
+        for rw in rows
+    ]
+    lines.append("")
+    lines += _table_notes(results)
+    return "\n".join(lines)
+
+
+def _table_header(r0: StrategyResult) -> str:
+    """The table's opening lines: model, devices, mesh, batch and what was timed."""
+    return (
         f"model '{r0.model}', preset '{r0.preset}' ({r0.n_params / 1e6:,.1f} M parameters, "
         f"{r0.config['dtype']} compute, "
         f"{r0.config['param_dtype']} parameters{', remat' if r0.remat else ''}) on "
@@ -544,6 +579,10 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         + (f"\nresized to fit the mesh: {r0.resized}" if r0.resized else "")
     )
 
+
+def _table_rows(results: Sequence[StrategyResult]) -> list[tuple[str, ...]]:
+    """The table's rows: a label, then one cell per strategy."""
+
     def row(label: str, fn: Callable[[StrategyResult], str]) -> tuple[str, ...]:
         return (label, *(fn(r) for r in results))
 
@@ -555,7 +594,7 @@ def format_table(results: Sequence[StrategyResult]) -> str:
             return "n/a"
         return ("" if r.device_peak_raised else "<= ") + format_bytes(r.device_peak_bytes)
 
-    rows = [
+    return [
         ("", *(r.strategy for r in results)),
         row("compile time", lambda r: _fmt_time(r.compile_s)),
         row("step time (median)", lambda r: _fmt_time(r.step_median_s)),
@@ -582,16 +621,12 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         row("MFU (formula FLOPs)", lambda r: "n/a" if r.mfu is None else f"{r.mfu:.1%}"),
         row("loss (last step)", lambda r: f"{r.losses[-1]:.5f}" if r.losses else "-"),
     ]
-    widths = [max(len(rw[i]) for rw in rows) for i in range(len(rows[0]))]
-    lines = [header, ""]
-    lines += [
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(rw, widths, strict=True))
-        )
-        for rw in rows
-    ]
-    lines.append("")
+
+
+def _table_notes(results: Sequence[StrategyResult]) -> list[str]:
+    """The lines under the table: ratios, what MFU and FLOPs mean, and caveats."""
+    r0 = results[0]
+    lines: list[str] = []
     timed = [r for r in results if r.step_median_s]
     if len(timed) > 1:
         base = timed[0]
@@ -632,7 +667,7 @@ def format_table(results: Sequence[StrategyResult]) -> str:
             "These are simulated CPU devices sharing this machine's cores: NOT GPU timings, "
             "and their ratios change from run to run. Read the bytes and the collectives."
         )
-    return "\n".join(lines)
+    return lines
 
 
 def environment(devices: Sequence[Any] | None = None) -> dict[str, Any]:
@@ -760,6 +795,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare DP and FSDP (or other strategies) on the MLP stack or a Transformer "
         "language model: step time, memory, collectives, MFU.",
     )
+    _add_model_flags(p)
+    _add_run_flags(p)
+    _add_output_flags(p)
+    return p
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    """What to train: the strategies, the model and its size."""
     p.add_argument("--strategies", nargs="+", default=["dp", "fsdp"], choices=sorted(LOGICAL_RULES))
     p.add_argument(
         "--model",
@@ -776,6 +819,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the model's size: tiny (CPU, f32), gpu_small (a GPU < 40 GB), gpu (H100/H200); "
         "auto: tiny on CPU devices, else by the GPU's memory",
     )
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """How to run it: steps, devices, mesh, batch, remat, dry run."""
     p.add_argument(
         "--steps",
         type=whole_number(1, 100_000),
@@ -814,6 +861,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run a GPU preset (gpu, gpu_small) on CPU devices anyway; refused otherwise",
     )
+
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
+    """Where the results go."""
     p.add_argument(
         "--json",
         metavar="PATH",
@@ -827,7 +878,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="save a chart of step times and memory (matplotlib)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    return p
 
 
 def parse_args(

@@ -140,121 +140,14 @@ def simulate(
     if not isinstance(programs, Sequence) or len(programs) < 1:
         raise ValueError(f"{where}: programs must be a non-empty list, one program per device.")
     S = len(programs)
-    if routes is None:
-        routes = [_ring_route(S, v)] * M
-    if len(routes) != M:
-        raise ValueError(f"{where}: routes has {len(routes)} entries for n_micro={M}.")
-    routes = tuple(tuple((int(d), int(c)) for d, c in r) for r in routes)
-    position: dict[tuple[int, int, int], int] = {}  # (device, chunk, micro) -> index in route
-    for m, r in enumerate(routes):
-        for p, (d, c) in enumerate(r):
-            if not (0 <= d < S and 0 <= c < v):
-                raise ValueError(f"{where}: route of micro-batch {m} visits {(d, c)}, outside "
-                                 f"{S} devices x {v} chunks.")  # fmt: skip
-            position[(d, c, m)] = p
-    streams_of = [
-        list(prog) if isinstance(prog, tuple) and all(isinstance(x, list) for x in prog) else [prog]
-        for prog in programs
-    ]
-    uses_w = defer_weight_grads or any(
-        op[0] == "W"
-        for st in streams_of
-        for prog in st
-        for op in prog
-        if isinstance(op, (tuple, list)) and op
-    )
-    queues: list[list[list[tuple[int, int, int]]]] = []
-    for d, streams in enumerate(streams_of):
-        seen: set[tuple[int, int, int]] = set()
-        qs = []
-        for prog in streams:
-            q = []
-            for op in prog:
-                if not (isinstance(op, (tuple, list)) and len(op) == 3 and op[0] in _PHASE):
-                    raise ValueError(f"{where}: device {d}'s op {op!r} is not (phase 'F'|'B'|'W', "
-                                     "micro, chunk).")  # fmt: skip
-                ph, m, c = _PHASE[op[0]], int(op[1]), int(op[2])
-                if (d, c, m) not in position:
-                    raise ValueError(f"{where}: device {d} runs {tuple(op)!r}, but micro-batch {m}'s "
-                                     f"route does not pass chunk {c} of device {d}.")  # fmt: skip
-                if (ph, m, c) in seen or (defer_weight_grads and ph == WEIGHT_GRAD):
-                    raise ValueError(f"{where}: device {d} runs {tuple(op)!r} twice (or a W that "
-                                     "defer_weight_grads queues itself).")  # fmt: skip
-                seen.add((ph, m, c))
-                q.append((ph, m, c))
-            qs.append(q)
-        phases = (
-            (FORWARD, BACKWARD, WEIGHT_GRAD)
-            if uses_w and not defer_weight_grads
-            else (FORWARD, BACKWARD)
-        )
-        need = {(ph, m, c) for (dd, c, m) in position if dd == d for ph in phases}
-        if seen != need:
-            missing = sorted(need - seen)[:3]
-            raise ValueError(f"{where}: device {d}'s program misses ops, e.g. "
-                             f"{[('FBW'[p], m, c) for p, m, c in missing]}.")  # fmt: skip
-        queues.append(qs)
-
-    done: dict[tuple[int, int, int, int], int] = {}  # (phase, device, chunk, micro) -> tick
-
-    def ready(d: int, ph: int, m: int, c: int, t: int) -> bool:
-        def before(key: tuple[int, int, int, int]) -> bool:
-            return done.get(key, _MAX_TICKS) < t
-
-        p, route = position[(d, c, m)], routes[m]
-        if ph == FORWARD:
-            return p == 0 or before((FORWARD, *route[p - 1], m))
-        if ph == BACKWARD:
-            nxt = p == len(route) - 1 or before((BACKWARD, *route[p + 1], m))
-            return nxt and before((FORWARD, d, c, m))
-        return before((BACKWARD, d, c, m))
-
-    rows: list[list[tuple[int, int, int]]] = [[] for _ in range(S)]
-    heads = [[0] * len(qs) for qs in queues]
-    deferred: list[list[tuple[int, int]]] = [[] for _ in range(S)]
-
-    def pending(d: int) -> bool:
-        return any(h < len(q) for h, q in zip(heads[d], queues[d], strict=True)) or bool(
-            deferred[d]
-        )
-
+    routes, position = _route_positions(where, routes, S, v, M)
+    queues, uses_w = _parse_programs(where, programs, position, defer_weight_grads)
     if limits is not None and (
         len(limits) != S or any(_whole(where, "limits[d]", x) < 1 for x in limits)
     ):
         raise ValueError(f"{where}: limits must hold one whole number >= 1 per device ({S}).")
-    held = [0] * S
-    t = 0
-    while any(pending(d) for d in range(S)):
-        progressed = False
-        for d in range(S):
-            cell = (IDLE, -1, -1)
-            # The next op of each stream that can run now; a backward first (it frees memory
-            # and someone waits for it), then the first stream's.
-            full = limits is not None and held[d] >= limits[d]
-            heads_ready = [(queues[d][i][h][0] != BACKWARD, i) for i, h in enumerate(heads[d])
-                           if h < len(queues[d][i]) and ready(d, *queues[d][i][h], t)
-                           and not (full and queues[d][i][h][0] == FORWARD)]  # fmt: skip
-            if heads_ready:
-                i = min(heads_ready)[1]
-                cell = queues[d][i][heads[d][i]]
-                heads[d][i] += 1
-                if defer_weight_grads and cell[0] == BACKWARD:
-                    deferred[d].append((cell[1], cell[2]))
-            elif deferred[d] and ready(d, WEIGHT_GRAD, *deferred[d][0], t):
-                cell = (WEIGHT_GRAD, *deferred[d].pop(0))
-            if cell[0] != IDLE:
-                done[(cell[0], d, cell[2], cell[1])] = t
-                progressed = True
-                held[d] += {FORWARD: 1, BACKWARD: 0 if uses_w else -1, WEIGHT_GRAD: -1}[cell[0]]
-            rows[d].append(cell)
-        t += 1
-        if not progressed and t >= 2 and all(r[-2][0] == IDLE for r in rows):
-            # Nothing ran this tick or the last: nothing ever will.
-            stuck = [("FBW"[q[h][0]], q[h][1], q[h][2]) for d in range(S)
-                     for h, q in zip(heads[d], queues[d], strict=True) if h < len(q)]  # fmt: skip
-            raise ValueError(f"{where}: the programs deadlock at tick {t - 2}: every device's "
-                             f"next op waits for another's, e.g. {stuck[:3]} "
-                             "(phase, micro, chunk).")  # fmt: skip
+    sim = _Simulation(queues, position, routes, defer_weight_grads, limits, uses_w)
+    rows, t = sim.run(where)
     table = np.array(rows, dtype=int).reshape(S, t, 3)
     return PipelineSchedule(
         name=name,
@@ -266,6 +159,177 @@ def simulate(
         chunk=table[:, :, 2],
         route=routes,
     )
+
+
+_Routes = tuple[tuple[tuple[int, int], ...], ...]
+_Position = dict[tuple[int, int, int], int]
+
+
+def _route_positions(
+    where: str, routes: Sequence[Sequence[tuple[int, int]]] | None, S: int, v: int, M: int
+) -> tuple[_Routes, _Position]:
+    """The routes as tuples, and each (device, chunk, micro)'s index in its micro's route."""
+    if routes is None:
+        routes = [_ring_route(S, v)] * M
+    if len(routes) != M:
+        raise ValueError(f"{where}: routes has {len(routes)} entries for n_micro={M}.")
+    routes = tuple(tuple((int(d), int(c)) for d, c in r) for r in routes)
+    position: _Position = {}  # (device, chunk, micro) -> index in route
+    for m, r in enumerate(routes):
+        for p, (d, c) in enumerate(r):
+            if not (0 <= d < S and 0 <= c < v):
+                raise ValueError(f"{where}: route of micro-batch {m} visits {(d, c)}, outside "
+                                 f"{S} devices x {v} chunks.")  # fmt: skip
+            position[(d, c, m)] = p
+    return routes, position
+
+
+def _parse_programs(
+    where: str, programs: Sequence[Any], position: _Position, defer_weight_grads: bool
+) -> tuple[list[list[list[tuple[int, int, int]]]], bool]:
+    """Each device's streams as (phase, micro, chunk) queues, checked; and whether W runs."""
+    streams_of = [
+        list(prog) if isinstance(prog, tuple) and all(isinstance(x, list) for x in prog) else [prog]
+        for prog in programs
+    ]
+    uses_w = defer_weight_grads or any(
+        op[0] == "W"
+        for st in streams_of
+        for prog in st
+        for op in prog
+        if isinstance(op, (tuple, list)) and op
+    )
+    phases = (
+        (FORWARD, BACKWARD, WEIGHT_GRAD)
+        if uses_w and not defer_weight_grads
+        else (FORWARD, BACKWARD)
+    )
+    queues = [
+        _device_queues(where, d, streams, position, defer_weight_grads, phases)
+        for d, streams in enumerate(streams_of)
+    ]
+    return queues, uses_w
+
+
+def _device_queues(
+    where: str,
+    d: int,
+    streams: list[Any],
+    position: _Position,
+    defer_weight_grads: bool,
+    phases: tuple[int, ...],
+) -> list[list[tuple[int, int, int]]]:
+    """Device ``d``'s streams as queues; each op once, none missing, none off its route."""
+    seen: set[tuple[int, int, int]] = set()
+    qs = []
+    for prog in streams:
+        q = []
+        for op in prog:
+            if not (isinstance(op, (tuple, list)) and len(op) == 3 and op[0] in _PHASE):
+                raise ValueError(f"{where}: device {d}'s op {op!r} is not (phase 'F'|'B'|'W', "
+                                 "micro, chunk).")  # fmt: skip
+            ph, m, c = _PHASE[op[0]], int(op[1]), int(op[2])
+            if (d, c, m) not in position:
+                raise ValueError(f"{where}: device {d} runs {tuple(op)!r}, but micro-batch {m}'s "
+                                 f"route does not pass chunk {c} of device {d}.")  # fmt: skip
+            if (ph, m, c) in seen or (defer_weight_grads and ph == WEIGHT_GRAD):
+                raise ValueError(f"{where}: device {d} runs {tuple(op)!r} twice (or a W that "
+                                 "defer_weight_grads queues itself).")  # fmt: skip
+            seen.add((ph, m, c))
+            q.append((ph, m, c))
+        qs.append(q)
+    need = {(ph, m, c) for (dd, c, m) in position if dd == d for ph in phases}
+    if seen != need:
+        missing = sorted(need - seen)[:3]
+        raise ValueError(f"{where}: device {d}'s program misses ops, e.g. "
+                         f"{[('FBW'[p], m, c) for p, m, c in missing]}.")  # fmt: skip
+    return qs
+
+
+class _Simulation:
+    """The state of :func:`simulate`'s tick loop: queue heads, deferred W's, what ran when."""
+
+    def __init__(
+        self,
+        queues: list[list[list[tuple[int, int, int]]]],
+        position: _Position,
+        routes: _Routes,
+        defer_weight_grads: bool,
+        limits: Sequence[int] | None,
+        uses_w: bool,
+    ) -> None:
+        S = len(queues)
+        self.queues, self.position, self.routes = queues, position, routes
+        self.defer, self.limits, self.uses_w = defer_weight_grads, limits, uses_w
+        self.done: dict[tuple[int, int, int, int], int] = {}  # (phase, device, chunk, micro)
+        self.rows: list[list[tuple[int, int, int]]] = [[] for _ in range(S)]
+        self.heads = [[0] * len(qs) for qs in queues]
+        self.deferred: list[list[tuple[int, int]]] = [[] for _ in range(S)]
+        self.held = [0] * S
+
+    def ready(self, d: int, ph: int, m: int, c: int, t: int) -> bool:
+        """Whether what op (ph, m, c) of device ``d`` needs finished before tick ``t``."""
+
+        def before(key: tuple[int, int, int, int]) -> bool:
+            return self.done.get(key, _MAX_TICKS) < t
+
+        p, route = self.position[(d, c, m)], self.routes[m]
+        if ph == FORWARD:
+            return p == 0 or before((FORWARD, *route[p - 1], m))
+        if ph == BACKWARD:
+            nxt = p == len(route) - 1 or before((BACKWARD, *route[p + 1], m))
+            return nxt and before((FORWARD, d, c, m))
+        return before((BACKWARD, d, c, m))
+
+    def pending(self, d: int) -> bool:
+        """Whether device ``d`` has ops left (queued or deferred)."""
+        heads, queues = self.heads[d], self.queues[d]
+        return any(h < len(q) for h, q in zip(heads, queues, strict=True)) or bool(self.deferred[d])
+
+    def pick(self, d: int, t: int) -> tuple[int, int, int]:
+        """The op device ``d`` runs at tick ``t`` (or idle), taken off its queue."""
+        queues, heads = self.queues[d], self.heads[d]
+        # The next op of each stream that can run now; a backward first (it frees memory
+        # and someone waits for it), then the first stream's.
+        full = self.limits is not None and self.held[d] >= self.limits[d]
+        heads_ready = [(queues[i][h][0] != BACKWARD, i) for i, h in enumerate(heads)
+                       if h < len(queues[i]) and self.ready(d, *queues[i][h], t)
+                       and not (full and queues[i][h][0] == FORWARD)]  # fmt: skip
+        if heads_ready:
+            i = min(heads_ready)[1]
+            cell = queues[i][heads[i]]
+            heads[i] += 1
+            if self.defer and cell[0] == BACKWARD:
+                self.deferred[d].append((cell[1], cell[2]))
+            return cell
+        if self.deferred[d] and self.ready(d, WEIGHT_GRAD, *self.deferred[d][0], t):
+            return (WEIGHT_GRAD, *self.deferred[d].pop(0))
+        return (IDLE, -1, -1)
+
+    def run(self, where: str) -> tuple[list[list[tuple[int, int, int]]], int]:
+        """Tick until every program ends; the rows of cells and the number of ticks."""
+        S, rows = len(self.queues), self.rows
+        t = 0
+        while any(self.pending(d) for d in range(S)):
+            progressed = False
+            for d in range(S):
+                cell = self.pick(d, t)
+                if cell[0] != IDLE:
+                    self.done[(cell[0], d, cell[2], cell[1])] = t
+                    progressed = True
+                    self.held[d] += {FORWARD: 1, BACKWARD: 0 if self.uses_w else -1,
+                                     WEIGHT_GRAD: -1}[cell[0]]  # fmt: skip
+                rows[d].append(cell)
+            t += 1
+            if not progressed and t >= 2 and all(r[-2][0] == IDLE for r in rows):
+                # Nothing ran this tick or the last: nothing ever will.
+                stuck = [("FBW"[q[h][0]], q[h][1], q[h][2]) for d in range(S)
+                         for h, q in zip(self.heads[d], self.queues[d], strict=True)
+                         if h < len(q)]  # fmt: skip
+                raise ValueError(f"{where}: the programs deadlock at tick {t - 2}: every "
+                                 "device's next op waits for another's, e.g. "
+                                 f"{stuck[:3]} (phase, micro, chunk).")  # fmt: skip
+        return rows, t
 
 
 # ---------------------------------------------------------------------------
@@ -465,19 +529,9 @@ def executor_tables(schedule: PipelineSchedule) -> dict[str, Any]:
         device up the ring (``d -> d+1 mod S``) per stage, as one pair of ``ppermute``s does.
     """
     s = _schedule("executor_tables", schedule)
+    _check_executable(s)
     S, T = s.n_stages, s.ticks
-    if (s.phase == WEIGHT_GRAD).any():
-        raise ValueError("executor_tables: the executor runs a whole backward per op; this "
-                         f"schedule ({s.name}) splits it into B and W.")  # fmt: skip
-    for m, r in enumerate(s.route):
-        if any(r[p + 1][0] != (r[p][0] + 1) % S for p in range(len(r) - 1)):
-            raise ValueError(f"executor_tables: micro-batch {m}'s route {r} does not step to "
-                             "the next device of the ring at every stage.")  # fmt: skip
-    when: dict[tuple[int, int, int, int], int] = {}
-    for d in range(S):
-        for t in range(T):
-            if s.phase[d, t] != IDLE:
-                when[(int(s.phase[d, t]), d, int(s.chunk[d, t]), int(s.micro[d, t]))] = t
+    when = _op_ticks(s)
     z = np.full((S, T), -1, dtype=np.int32)
     out = {k: z.copy() for k in ("stash", "act_in", "grad_in", "recv_act", "recv_grad")}
     out["op"] = np.where(s.phase == IDLE, 0, s.phase + 1).astype(np.int32)
@@ -487,31 +541,78 @@ def executor_tables(schedule: PipelineSchedule) -> dict[str, Any]:
     for name in ("stash", "act", "grad"):
         sizes[name] = 1
         for d in range(S):
-            iv = []
-            for m, r in enumerate(s.route):
-                for p, (dd, c) in enumerate(r):
-                    if dd != d:
-                        continue
-                    f, b = when[(FORWARD, d, c, m)], when[(BACKWARD, d, c, m)]
-                    if name == "stash":
-                        iv.append((f, b, (c, m)))
-                    elif name == "act" and p > 0:
-                        iv.append((when[(FORWARD, *r[p - 1], m)] + 1, f, (c, m)))
-                    elif name == "grad" and p < len(r) - 1:
-                        iv.append((when[(BACKWARD, *r[p + 1], m)] + 1, b, (c, m)))
+            iv = _held_intervals(s, when, name, d)
             slot, n = _slots(iv)
             sizes[name] = max(sizes[name], n)
-            for start, _end, (c, m) in iv:
-                f, b = when[(FORWARD, d, c, m)], when[(BACKWARD, d, c, m)]
-                if name == "stash":
-                    out["stash"][d, f] = out["stash"][d, b] = slot[(c, m)]
-                elif name == "act":
-                    out["act_in"][d, f] = out["recv_act"][d, start] = slot[(c, m)]
-                else:
-                    out["grad_in"][d, b] = out["recv_grad"][d, start] = slot[(c, m)]
+            _write_slots(out, when, name, d, iv, slot)
     out["n_stash"], out["n_act_inbox"], out["n_grad_inbox"] = (
         sizes["stash"], sizes["act"], sizes["grad"])  # fmt: skip
     return out
+
+
+def _check_executable(s: PipelineSchedule) -> None:
+    """Refuse a split backward, and routes that do not step one device up the ring."""
+    S = s.n_stages
+    if (s.phase == WEIGHT_GRAD).any():
+        raise ValueError("executor_tables: the executor runs a whole backward per op; this "
+                         f"schedule ({s.name}) splits it into B and W.")  # fmt: skip
+    for m, r in enumerate(s.route):
+        if any(r[p + 1][0] != (r[p][0] + 1) % S for p in range(len(r) - 1)):
+            raise ValueError(f"executor_tables: micro-batch {m}'s route {r} does not step to "
+                             "the next device of the ring at every stage.")  # fmt: skip
+
+
+def _op_ticks(s: PipelineSchedule) -> dict[tuple[int, int, int, int], int]:
+    """The tick of each op, keyed by (phase, device, chunk, micro-batch)."""
+    when: dict[tuple[int, int, int, int], int] = {}
+    for d in range(s.n_stages):
+        for t in range(s.ticks):
+            if s.phase[d, t] != IDLE:
+                when[(int(s.phase[d, t]), d, int(s.chunk[d, t]), int(s.micro[d, t]))] = t
+    return when
+
+
+def _held_intervals(
+    s: PipelineSchedule, when: dict[tuple[int, int, int, int], int], name: str, d: int
+) -> list[tuple[int, int, tuple[int, int]]]:
+    """Device ``d``'s (first tick, last tick, (chunk, micro)) for each thing ``name`` keeps.
+
+    ``stash``: from the forward to its backward; ``act``: from the tick after the previous
+    stage's forward to this forward; ``grad``: from the tick after the next stage's backward
+    to this backward.
+    """
+    iv = []
+    for m, r in enumerate(s.route):
+        for p, (dd, c) in enumerate(r):
+            if dd != d:
+                continue
+            f, b = when[(FORWARD, d, c, m)], when[(BACKWARD, d, c, m)]
+            if name == "stash":
+                iv.append((f, b, (c, m)))
+            elif name == "act" and p > 0:
+                iv.append((when[(FORWARD, *r[p - 1], m)] + 1, f, (c, m)))
+            elif name == "grad" and p < len(r) - 1:
+                iv.append((when[(BACKWARD, *r[p + 1], m)] + 1, b, (c, m)))
+    return iv
+
+
+def _write_slots(
+    out: dict[str, Any],
+    when: dict[tuple[int, int, int, int], int],
+    name: str,
+    d: int,
+    iv: list[tuple[int, int, tuple[int, int]]],
+    slot: dict[Any, int],
+) -> None:
+    """Write device ``d``'s slots for ``name`` into the tables at the ticks that use them."""
+    for start, _end, (c, m) in iv:
+        f, b = when[(FORWARD, d, c, m)], when[(BACKWARD, d, c, m)]
+        if name == "stash":
+            out["stash"][d, f] = out["stash"][d, b] = slot[(c, m)]
+        elif name == "act":
+            out["act_in"][d, f] = out["recv_act"][d, start] = slot[(c, m)]
+        else:
+            out["grad_in"][d, b] = out["recv_grad"][d, start] = slot[(c, m)]
 
 
 def stage_layout(n_layers: int, n_stages: int, n_chunks: int = 1) -> np.ndarray:

@@ -117,6 +117,50 @@ def _scatter_dim(spec: PartitionSpec, axis: str) -> int | None:
     return None
 
 
+def _zero_local_grads(
+    model: nn.Module, mesh: Mesh, specs: Any, stage: int, axis: str
+) -> Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]:
+    """ZeRO-1/2's gradients in ``shard_map``: ``(params, x, labels) -> (loss, grads)``.
+
+    Each device differentiates the loss of its slice of the batch; stage 1 averages the
+    gradients with ``pmean``, stage 2 reduce-scatters them into the slices of ``specs``.
+    """
+    n = mesh.shape[axis]
+    is_spec = lambda s: isinstance(s, P)  # noqa: E731
+    grad_specs = specs if stage == 2 else jax.tree.map(lambda _: P(), specs, is_leaf=is_spec)
+    # Inside shard_map every array is already this device's own: no rules, so that the
+    # model's logical constraints are no-ops (a constraint on a manual axis is an error).
+    no_rules: tuple[tuple[str, Any], ...] = ()
+
+    def per_device(params: Any, x: jax.Array, labels: jax.Array) -> tuple[jax.Array, Any]:
+        def loss_fn(p: Any) -> jax.Array:
+            with nn.logical_axis_rules(no_rules):
+                return cross_entropy(model.apply({"params": p}, x), labels)
+
+        # Varying over the axis: each device differentiates its own loss, and the only
+        # reduction of the gradients is the one written below. (Left invariant, the
+        # parameters' gradient would come back already summed: the transpose of an
+        # invariant input's implicit broadcast is a psum.)
+        loss, grads = jax.value_and_grad(loss_fn)(compat.pvary(params, axis))
+
+        def reduce(g: jax.Array, spec: PartitionSpec) -> jax.Array:
+            dim = _scatter_dim(spec, axis) if stage == 2 else None
+            if dim is None:
+                return jax.lax.pmean(g, axis)
+            return jax.lax.psum_scatter(g, axis, scatter_dimension=dim, tiled=True) / n
+
+        grads = jax.tree.map(reduce, grads, specs, is_leaf=is_spec)
+        return jax.lax.pmean(loss, axis), grads
+
+    batch = P(axis)
+    return jax.shard_map(
+        per_device,
+        mesh=mesh,
+        in_specs=(P(), batch, batch),
+        out_specs=(P(), grad_specs),
+    )
+
+
 def make_zero_train_step(
     model: nn.Module,
     optimizer: optax.GradientTransformation,
@@ -147,41 +191,8 @@ def make_zero_train_step(
         return make_train_step(
             model, optimizer, mesh, state, "fsdp" if stage == 3 else "dp", donate=donate
         )
-    specs = zero_specs(state.params, mesh, axis)
-    n = mesh.shape[axis]
-    is_spec = lambda s: isinstance(s, P)  # noqa: E731
-    grad_specs = specs if stage == 2 else jax.tree.map(lambda _: P(), specs, is_leaf=is_spec)
-    # Inside shard_map every array is already this device's own: no rules, so that the
-    # model's logical constraints are no-ops (a constraint on a manual axis is an error).
-    no_rules: tuple[tuple[str, Any], ...] = ()
-
-    def per_device(params: Any, x: jax.Array, labels: jax.Array) -> tuple[jax.Array, Any]:
-        def loss_fn(p: Any) -> jax.Array:
-            with nn.logical_axis_rules(no_rules):
-                return cross_entropy(model.apply({"params": p}, x), labels)
-
-        # Varying over the axis: each device differentiates its own loss, and the only
-        # reduction of the gradients is the one written below. (Left invariant, the
-        # parameters' gradient would come back already summed: the transpose of an
-        # invariant input's implicit broadcast is a psum.)
-        loss, grads = jax.value_and_grad(loss_fn)(compat.pvary(params, axis))
-
-        def reduce(g: jax.Array, spec: PartitionSpec) -> jax.Array:
-            dim = _scatter_dim(spec, axis) if stage == 2 else None
-            if dim is None:
-                return jax.lax.pmean(g, axis)
-            return jax.lax.psum_scatter(g, axis, scatter_dimension=dim, tiled=True) / n
-
-        grads = jax.tree.map(reduce, grads, specs, is_leaf=is_spec)
-        return jax.lax.pmean(loss, axis), grads
-
     batch = P(axis)
-    local_grads = jax.shard_map(
-        per_device,
-        mesh=mesh,
-        in_specs=(P(), batch, batch),
-        out_specs=(P(), grad_specs),
-    )
+    local_grads = _zero_local_grads(model, mesh, zero_specs(state.params, mesh, axis), stage, axis)
 
     def step(
         params: Any, opt_state: Any, x: jax.Array, labels: jax.Array
