@@ -1317,8 +1317,8 @@ def _guide_arrow(
 
 
 def draw_strategy_guide(ax: Axes | None = None) -> Axes:
-    """The chapter's missing summary picture (E12): a flowchart from model size, device
-    memory and interconnect to the sharding strategy to pick. Notebook 03 explains it."""
+    """The chapter's missing summary picture: a flowchart from model size, device memory
+    and interconnect to the sharding strategy to pick. Notebook 03b explains it."""
     if ax is None:
         import matplotlib.pyplot as plt
 

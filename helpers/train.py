@@ -106,8 +106,8 @@ def init_sharded(
 
     ``jax.jit(init, out_shardings=...)`` makes each device compute only its own shard, so
     a model larger than one device's memory is never materialised whole. The optimizer
-    state gets the same sharding as the parameters it tracks (E11: created from
-    unsharded parameters it would sit whole on one device).
+    state gets the same sharding as the parameters it tracks (created from
+    unsharded parameters, as the chapter does, it would sit whole on one device).
     """
     rules_t = logical_rules(rules) if isinstance(rules, str) else rules
     shardings = param_shardings(model, x, mesh, rules_t)
