@@ -535,7 +535,8 @@ def structure(entry: Entry, msgstr: str) -> list[str]:
         found.append("links whose targets differ from the English")
     if msgid.lstrip().startswith("|") and msgid.count("|") != msgstr.count("|"):
         found.append("a table row with another number of cells")
-    missing = set(_CODE.findall(msgid)) - set(_CODE.findall(msgstr))
+    spans = [{re.sub(r"\s+", " ", c) for c in _CODE.findall(t)} for t in (msgid, msgstr)]
+    missing = spans[0] - spans[1]  # a span the English wraps over two lines may be one line
     if missing:
         found.append(f"code spans dropped or changed: {', '.join(sorted(missing))[:80]}")
     lines = msgstr.split("\n")
