@@ -33,6 +33,7 @@ import io
 import re
 import sys
 import tokenize
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,11 +44,18 @@ import polib
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUES = ROOT / "i18n" / "zh"
 LANGUAGE = "zh_CN"
-REPO_BLOB = "https://colab.research.google.com/github/flax-sharding/flax-sharding-course/blob/main/"
+_REPO = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+REPO_BLOB = (
+    _REPO.replace("https://github.com/", "https://colab.research.google.com/github/")
+    + "/blob/main/"
+)
 NOTE = (
     "> **中文版说明：** 正文与代码注释已译成中文；代码与英文版完全相同，"
     "运行时打印的输出和图中文字仍是英文。"
 )
+# The READMEs' first lines link each other: the English line, and what the Chinese README shows.
+LANGUAGE_LINE = ("**English** · [中文](README.zh.md)", "[English](README.md) · **中文**")
+BINDER_TREE = "?urlpath=lab/tree/notebooks"
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _PRAGMA = re.compile(r"^\s*(noqa|type:|fmt:|pragma|pylint|ruff:|isort:)")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -63,10 +71,11 @@ class Doc:
 
     english: str
     twin: str
+    root: Path = ROOT
 
     @property
     def catalogue(self) -> Path:
-        return CATALOGUES / f"{Path(self.english).stem}.po"
+        return self.root / CATALOGUES.relative_to(ROOT) / f"{Path(self.english).stem}.po"
 
     @property
     def is_notebook(self) -> bool:
@@ -76,17 +85,20 @@ class Doc:
 def documents(root: Path = ROOT) -> list[Doc]:
     """Every translated file: the notebooks, the README, and the reference pages."""
     docs = [
-        Doc(f"notebooks/{p.name}", f"notebooks/zh/{p.name}")
+        Doc(f"notebooks/{p.name}", f"notebooks/zh/{p.name}", root)
         for p in sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     ]
-    docs.append(Doc("README.md", "README.zh.md"))
-    docs += [Doc(f"docs/{name}", f"docs/zh/{name}") for name in ("glossary.md", "errata.md")]
+    docs.append(Doc("README.md", "README.zh.md", root))
+    docs += [Doc(f"docs/{n}", f"docs/zh/{n}", root) for n in ("glossary.md", "errata.md")]
     return docs
 
 
-def twin_of(path: str, root: Path = ROOT) -> str | None:
+_TWINS = {d.english: d.twin for d in documents()}
+
+
+def twin_of(path: str) -> str | None:
     """The Chinese twin of repository path ``path``, if it has one."""
-    return {d.english: d.twin for d in documents(root)}.get(path)
+    return _TWINS.get(path)
 
 
 # --- markdown blocks --------------------------------------------------------------
@@ -206,11 +218,17 @@ def translate_comments(source: str, lookup: Callable[[str], str]) -> str:
         new = lookup(c.msgid).split("\n")
         if c.trailing:
             row = c.lines[0]
-            lines[row] = lines[row][: c.column] + "# " + " ".join(new)
+            lines[row] = lines[row][: c.column] + "# " + " ".join(new).strip()
             continue
         indent = lines[c.lines[0]][: c.column]
         lines[c.lines[0] : c.lines[-1] + 1] = [f"{indent}# {t}".rstrip() for t in new]
     return "\n".join(lines)
+
+
+def _is_setup(nb: nbformat.NotebookNode, index: int) -> bool:
+    """The notebook's first code cell, the series' setup cell: the same in both editions."""
+    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    return index == first
 
 
 # --- entries of a document --------------------------------------------------------
@@ -245,7 +263,7 @@ def entries(doc: Doc, root: Path = ROOT) -> list[Entry]:
     if doc.is_notebook:
         nb = nbformat.read(root / doc.english, as_version=4)
         for i, cell in enumerate(nb.cells):
-            if cell.cell_type == "code":
+            if cell.cell_type == "code" and not _is_setup(nb, i):
                 for c in comments(cell.source):
                     e = found.setdefault(c.msgid, Entry(c.msgid, comment=True))
                     e.where.append(f"cell {i}, line {c.lines[0] + 1}")
@@ -264,7 +282,9 @@ def _new_catalogue(doc: Doc) -> polib.POFile:
         "Content-Type": "text/plain; charset=UTF-8",
         "Content-Transfer-Encoding": "8bit",
     }
-    po.header = f"Chinese (zh_CN) translation of {doc.english}. Edit msgstr only; see CONTRIBUTING.md."
+    po.header = (
+        f"Chinese (zh_CN) translation of {doc.english}. Edit msgstr only; see CONTRIBUTING.md."
+    )
     return po
 
 
@@ -295,7 +315,11 @@ def update(doc: Doc, root: Path = ROOT) -> tuple[int, int, int]:
         else:
             near = difflib.get_close_matches(e.msgid, [u.msgid for u in unused], n=1, cutoff=0.6)
             if near and by_id[near[0]].msgstr:
-                new.msgstr, new.flags, new.previous_msgid = by_id[near[0]].msgstr, ["fuzzy"], near[0]
+                new.msgstr, new.flags, new.previous_msgid = (
+                    by_id[near[0]].msgstr,
+                    ["fuzzy"],
+                    near[0],
+                )
                 fuzzy += 1
             else:
                 empty += 1
@@ -355,6 +379,10 @@ def rewrite_links(text: str, doc: Doc, anchors: Callable[[str], dict[str, str]])
         if target.startswith(REPO_BLOB):
             path = target.removeprefix(REPO_BLOB)
             return f"]({REPO_BLOB}{twin_of(path) or path})"
+        if target.endswith(BINDER_TREE):  # Binder opens the Chinese notebooks' folder
+            return f"]({target}/zh)"
+        if target in ("README.md", "README.zh.md") and doc.english == "README.md":
+            return m.group(0)  # the language line
         if re.match(r"^[a-z][a-z0-9+.-]*:|^/", target):
             return m.group(0)
         path, _, anchor = target.partition("#")
@@ -420,31 +448,36 @@ class Builder:
             return rewrite_links(text, doc, self.anchors)
 
         if not doc.is_notebook:
-            return _translate_markdown((self.root / doc.english).read_text(), lookup, fix)
+            text = (self.root / doc.english).read_text()
+            if doc.english == "README.md":
+                text = text.replace(LANGUAGE_LINE[0], LANGUAGE_LINE[1])
+            return _translate_markdown(text, lookup, fix)
         nb = nbformat.read(self.root / doc.english, as_version=4)
         zh = copy.deepcopy(nb)
         zh.metadata.pop("jupytext", None)
         zh.metadata["language"] = LANGUAGE
         first = True
-        for cell in zh.cells:
+        for i, cell in enumerate(zh.cells):
             if cell.cell_type == "markdown":
                 cell.source = _translate_markdown(cell.source, lookup, fix)
                 if first:
                     cell.source, first = _with_note(cell.source), False
-            elif cell.cell_type == "code":
+            elif cell.cell_type == "code" and not _is_setup(zh, i):
                 cell.source = translate_comments(cell.source, lookup)
         return nbformat.writes(zh) + "\n"
 
+    def build_one(self, doc: Doc) -> bool:
+        """Write ``doc``'s twin; whether it changed."""
+        path = self.root / doc.twin
+        text = self.render(doc)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.read_text() == text:
+            return False
+        path.write_text(text)
+        return True
+
     def build(self) -> list[str]:
-        written = []
-        for doc in self.docs.values():
-            path = self.root / doc.twin
-            text = self.render(doc)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.exists() or path.read_text() != text:
-                path.write_text(text)
-                written.append(doc.twin)
-        return written
+        return [doc.twin for doc in self.docs.values() if self.build_one(doc)]
 
 
 # --- checking ---------------------------------------------------------------------
@@ -454,8 +487,8 @@ def problems(doc: Doc, builder: Builder | None = None) -> list[str]:
     """Why ``doc``'s Chinese edition is not in step with the English (empty: it is)."""
     builder = builder or Builder()
     root = builder.root
-    if not doc.catalogue.exists() and root == ROOT:
-        return [f"{doc.english}: no catalogue {doc.catalogue.relative_to(ROOT)} (run update)"]
+    if not doc.catalogue.exists():
+        return [f"{doc.english}: no catalogue {doc.catalogue.relative_to(root)} (run update)"]
     po = builder._po.get(doc.english) or load(doc)
     builder._po[doc.english] = po
     have = {e.msgid: e for e in po if not e.obsolete}
@@ -470,6 +503,9 @@ def problems(doc: Doc, builder: Builder | None = None) -> list[str]:
             found.append(f"{where}: fuzzy translation of {short!r}")
         elif not have[e.msgid].msgstr.strip():
             found.append(f"{where}: untranslated {short!r}")
+        else:
+            found += [f"{where}: {p} in the translation of {short!r}"
+                      for p in structure(e, have[e.msgid].msgstr)]  # fmt: skip
     stale = set(have) - {e.msgid for e in today}
     found += [f"{doc.catalogue.name}: entry no longer in the English (run update): "
               f"{s.split(chr(10))[0][:60]!r}" for s in sorted(stale)]  # fmt: skip
@@ -480,6 +516,34 @@ def problems(doc: Doc, builder: Builder | None = None) -> list[str]:
         found.append(f"{doc.twin}: not what build makes from today's English and catalogue")
     if doc.is_notebook:
         found += code_differs(root / doc.english, twin)
+    return found
+
+
+_CODE = re.compile(r"`[^`]+`")
+_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s")
+
+
+def structure(entry: Entry, msgstr: str) -> list[str]:
+    """What a translation broke of its English block's markdown (empty: nothing)."""
+    msgid, found = entry.msgid, []
+    if entry.comment:
+        return found
+    level = re.match(r"^(#{1,6}) ", msgid)
+    if level and not msgstr.startswith(level.group(0)):
+        found.append(f"not a level-{len(level.group(1))} heading")
+    if sorted(_LINK.findall(msgid)) != sorted(_LINK.findall(msgstr)):
+        found.append("links whose targets differ from the English")
+    if msgid.lstrip().startswith("|") and msgid.count("|") != msgstr.count("|"):
+        found.append("a table row with another number of cells")
+    spans = [{re.sub(r"\s+", " ", c) for c in _CODE.findall(t)} for t in (msgid, msgstr)]
+    missing = spans[0] - spans[1]  # a span the English wraps over two lines may be one line
+    if missing:
+        found.append(f"code spans dropped or changed: {', '.join(sorted(missing))[:80]}")
+    lines = msgstr.split("\n")
+    if len(lines) > 1 and not all(
+        _ITEM.match(x) or x.startswith(("|", ">", "  ")) for x in lines[1:]
+    ):
+        found.append("a line break inside a paragraph (it renders as a space)")
     return found
 
 
@@ -503,7 +567,9 @@ def stats(doc: Doc) -> str:
     live = [e for e in po if e.msgid in today]
     done = sum(1 for e in live if e.msgstr.strip() and not e.fuzzy)
     fuzzy = sum(1 for e in live if e.fuzzy)
-    return f"{doc.catalogue.name}: {done} translated, {fuzzy} fuzzy, {len(today) - done - fuzzy} to do"
+    return (
+        f"{doc.catalogue.name}: {done} translated, {fuzzy} fuzzy, {len(today) - done - fuzzy} to do"
+    )
 
 
 def main(argv: list[str]) -> int:
