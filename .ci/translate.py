@@ -33,6 +33,7 @@ import io
 import re
 import sys
 import tokenize
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,11 +44,18 @@ import polib
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUES = ROOT / "i18n" / "zh"
 LANGUAGE = "zh_CN"
-REPO_BLOB = "https://colab.research.google.com/github/flax-sharding/flax-sharding-course/blob/main/"
+_REPO = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+REPO_BLOB = (
+    _REPO.replace("https://github.com/", "https://colab.research.google.com/github/")
+    + "/blob/main/"
+)
 NOTE = (
     "> **中文版说明：** 正文与代码注释已译成中文；代码与英文版完全相同，"
     "运行时打印的输出和图中文字仍是英文。"
 )
+# The READMEs' first lines link each other: the English line, and what the Chinese README shows.
+LANGUAGE_LINE = ("**English** · [中文](README.zh.md)", "[English](README.md) · **中文**")
+BINDER_TREE = "?urlpath=lab/tree/notebooks"
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _PRAGMA = re.compile(r"^\s*(noqa|type:|fmt:|pragma|pylint|ruff:|isort:)")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -213,6 +221,12 @@ def translate_comments(source: str, lookup: Callable[[str], str]) -> str:
     return "\n".join(lines)
 
 
+def _is_setup(nb: nbformat.NotebookNode, index: int) -> bool:
+    """The notebook's first code cell, the series' setup cell: the same in both editions."""
+    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    return index == first
+
+
 # --- entries of a document --------------------------------------------------------
 
 
@@ -245,7 +259,7 @@ def entries(doc: Doc, root: Path = ROOT) -> list[Entry]:
     if doc.is_notebook:
         nb = nbformat.read(root / doc.english, as_version=4)
         for i, cell in enumerate(nb.cells):
-            if cell.cell_type == "code":
+            if cell.cell_type == "code" and not _is_setup(nb, i):
                 for c in comments(cell.source):
                     e = found.setdefault(c.msgid, Entry(c.msgid, comment=True))
                     e.where.append(f"cell {i}, line {c.lines[0] + 1}")
@@ -264,7 +278,9 @@ def _new_catalogue(doc: Doc) -> polib.POFile:
         "Content-Type": "text/plain; charset=UTF-8",
         "Content-Transfer-Encoding": "8bit",
     }
-    po.header = f"Chinese (zh_CN) translation of {doc.english}. Edit msgstr only; see CONTRIBUTING.md."
+    po.header = (
+        f"Chinese (zh_CN) translation of {doc.english}. Edit msgstr only; see CONTRIBUTING.md."
+    )
     return po
 
 
@@ -295,7 +311,11 @@ def update(doc: Doc, root: Path = ROOT) -> tuple[int, int, int]:
         else:
             near = difflib.get_close_matches(e.msgid, [u.msgid for u in unused], n=1, cutoff=0.6)
             if near and by_id[near[0]].msgstr:
-                new.msgstr, new.flags, new.previous_msgid = by_id[near[0]].msgstr, ["fuzzy"], near[0]
+                new.msgstr, new.flags, new.previous_msgid = (
+                    by_id[near[0]].msgstr,
+                    ["fuzzy"],
+                    near[0],
+                )
                 fuzzy += 1
             else:
                 empty += 1
@@ -355,6 +375,10 @@ def rewrite_links(text: str, doc: Doc, anchors: Callable[[str], dict[str, str]])
         if target.startswith(REPO_BLOB):
             path = target.removeprefix(REPO_BLOB)
             return f"]({REPO_BLOB}{twin_of(path) or path})"
+        if target.endswith(BINDER_TREE):  # Binder opens the Chinese notebooks' folder
+            return f"]({target}/zh)"
+        if target in ("README.md", "README.zh.md") and doc.english == "README.md":
+            return m.group(0)  # the language line
         if re.match(r"^[a-z][a-z0-9+.-]*:|^/", target):
             return m.group(0)
         path, _, anchor = target.partition("#")
@@ -420,18 +444,21 @@ class Builder:
             return rewrite_links(text, doc, self.anchors)
 
         if not doc.is_notebook:
-            return _translate_markdown((self.root / doc.english).read_text(), lookup, fix)
+            text = (self.root / doc.english).read_text()
+            if doc.english == "README.md":
+                text = text.replace(LANGUAGE_LINE[0], LANGUAGE_LINE[1])
+            return _translate_markdown(text, lookup, fix)
         nb = nbformat.read(self.root / doc.english, as_version=4)
         zh = copy.deepcopy(nb)
         zh.metadata.pop("jupytext", None)
         zh.metadata["language"] = LANGUAGE
         first = True
-        for cell in zh.cells:
+        for i, cell in enumerate(zh.cells):
             if cell.cell_type == "markdown":
                 cell.source = _translate_markdown(cell.source, lookup, fix)
                 if first:
                     cell.source, first = _with_note(cell.source), False
-            elif cell.cell_type == "code":
+            elif cell.cell_type == "code" and not _is_setup(zh, i):
                 cell.source = translate_comments(cell.source, lookup)
         return nbformat.writes(zh) + "\n"
 
@@ -470,6 +497,9 @@ def problems(doc: Doc, builder: Builder | None = None) -> list[str]:
             found.append(f"{where}: fuzzy translation of {short!r}")
         elif not have[e.msgid].msgstr.strip():
             found.append(f"{where}: untranslated {short!r}")
+        else:
+            found += [f"{where}: {p} in the translation of {short!r}"
+                      for p in structure(e, have[e.msgid].msgstr)]  # fmt: skip
     stale = set(have) - {e.msgid for e in today}
     found += [f"{doc.catalogue.name}: entry no longer in the English (run update): "
               f"{s.split(chr(10))[0][:60]!r}" for s in sorted(stale)]  # fmt: skip
@@ -480,6 +510,33 @@ def problems(doc: Doc, builder: Builder | None = None) -> list[str]:
         found.append(f"{doc.twin}: not what build makes from today's English and catalogue")
     if doc.is_notebook:
         found += code_differs(root / doc.english, twin)
+    return found
+
+
+_CODE = re.compile(r"`[^`]+`")
+_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s")
+
+
+def structure(entry: Entry, msgstr: str) -> list[str]:
+    """What a translation broke of its English block's markdown (empty: nothing)."""
+    msgid, found = entry.msgid, []
+    if entry.comment:
+        return found
+    level = re.match(r"^(#{1,6}) ", msgid)
+    if level and not msgstr.startswith(level.group(0)):
+        found.append(f"not a level-{len(level.group(1))} heading")
+    if sorted(_LINK.findall(msgid)) != sorted(_LINK.findall(msgstr)):
+        found.append("links whose targets differ from the English")
+    if msgid.lstrip().startswith("|") and msgid.count("|") != msgstr.count("|"):
+        found.append("a table row with another number of cells")
+    missing = set(_CODE.findall(msgid)) - set(_CODE.findall(msgstr))
+    if missing:
+        found.append(f"code spans dropped or changed: {', '.join(sorted(missing))[:80]}")
+    lines = msgstr.split("\n")
+    if len(lines) > 1 and not all(
+        _ITEM.match(x) or x.startswith(("|", ">", "  ")) for x in lines[1:]
+    ):
+        found.append("a line break inside a paragraph (it renders as a space)")
     return found
 
 
@@ -503,7 +560,9 @@ def stats(doc: Doc) -> str:
     live = [e for e in po if e.msgid in today]
     done = sum(1 for e in live if e.msgstr.strip() and not e.fuzzy)
     fuzzy = sum(1 for e in live if e.fuzzy)
-    return f"{doc.catalogue.name}: {done} translated, {fuzzy} fuzzy, {len(today) - done - fuzzy} to do"
+    return (
+        f"{doc.catalogue.name}: {done} translated, {fuzzy} fuzzy, {len(today) - done - fuzzy} to do"
+    )
 
 
 def main(argv: list[str]) -> int:
