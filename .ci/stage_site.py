@@ -1,6 +1,6 @@
 """Stage the site's Sphinx sources: the executed notebooks, and the README as the landing page.
 
-    python .ci/stage_site.py EXECUTED_DIR STAGE_DIR
+    python .ci/stage_site.py EXECUTED_DIR STAGE_DIR [--zh]
 
 ``EXECUTED_DIR`` holds the notebooks a test run executed on 8 simulated devices
 (``$EXECUTED_NOTEBOOKS/8``, written by conftest.py with the cells the tests add taken out).
@@ -13,6 +13,12 @@ notebooks and of the reference pages (``docs/glossary.md``, ``docs/errata.md``, 
 ``docs/*.md``); ``notebooks/NN_*.ipynb`` are the executed notebooks, each solution cell tagged
 ``hide-cell`` so that its page folds it (code and output) behind a "Show solution" toggle.
 In both, a link to a repository file that is not a page of the site points at it on GitHub.
+
+With ``--zh`` it stages the Chinese site instead (built into the English site's ``zh/``),
+under the same page names: ``README.zh.md`` as ``index.md``, ``notebooks/zh/NN_*.ipynb`` as
+``notebooks/NN_*.ipynb``, ``docs/zh/*.md`` as ``docs/*.md``. A Chinese notebook gets the
+outputs of the English run, cell by cell: its code is the English code (``tests/
+test_translation.py`` checks that), so nothing is executed twice.
 """
 
 from __future__ import annotations
@@ -34,7 +40,10 @@ REPO_URL = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls
 BRANCH = "main"
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _IMAGES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
-PAGES = ["docs/glossary.md", "docs/errata.md"]  # reference pages, after the notebooks
+PAGES = ["docs/glossary.md", "docs/errata.md", "docs/terminology.md"]  # after the notebooks
+# The Chinese site's pages: where each lives in the repository -> its page in the stage.
+ZH_PAGES = {"docs/zh/glossary.md": "docs/glossary.md", "docs/zh/errata.md": "docs/errata.md",
+            "docs/terminology.md": "docs/terminology.md"}  # fmt: skip
 _SOLUTION_PROMPTS = {"code_prompt_show": "Show solution", "code_prompt_hide": "Hide solution"}
 
 
@@ -103,19 +112,74 @@ def site_links(text: str, folder: str, pages: set[str], stage: Path) -> str:
     return _LINK.sub(link, text)
 
 
-def landing_page(readme: str, notebooks: list[Path], stage: Path) -> str:
+ZH_CAPTIONS = ("Notebook", "参考")
+
+
+def landing_page(
+    readme: str,
+    notebooks: list[Path],
+    stage: Path,
+    captions: tuple[str, str] = ("Notebooks", "Reference"),
+) -> str:
     """The README, its links fit for the site, and the site's table of contents."""
     pages = {f"notebooks/{p.name}" for p in notebooks} | set(PAGES)
     toc = "\n".join(f"notebooks/{p.stem}" for p in notebooks)
     ref = "\n".join(p.removesuffix(".md") for p in PAGES)
     return (
         site_links(readme, "", pages, stage)
-        + f"\n\n```{{toctree}}\n:hidden:\n:caption: Notebooks\n:maxdepth: 1\n\n{toc}\n```\n"
-        + f"\n```{{toctree}}\n:hidden:\n:caption: Reference\n:maxdepth: 1\n\n{ref}\n```\n"
+        + f"\n\n```{{toctree}}\n:hidden:\n:caption: {captions[0]}\n:maxdepth: 1\n\n{toc}\n```\n"
+        + f"\n```{{toctree}}\n:hidden:\n:caption: {captions[1]}\n:maxdepth: 1\n\n{ref}\n```\n"
     )
 
 
-def main(executed_dir: Path, stage: Path) -> int:
+def zh_links(text: str, folder: str, stage_folder: str, moved: dict[str, str], stage: Path) -> str:
+    """``site_links`` for a Chinese file in ``folder``, staged in ``stage_folder``.
+
+    ``moved`` maps each Chinese page's repository path to its page in the stage; a link to one
+    of them points at its staged page; any other link is ``site_links``'.
+    """
+
+    def link(m: re.Match[str]) -> str:
+        path, _, anchor = m.group(1).partition("#")
+        rel = os.path.normpath(os.path.join(folder, path)) if path else ""
+        if rel not in moved:
+            return site_links(m.group(0), folder, set(), stage)
+        new = os.path.relpath(moved[rel], stage_folder or ".")
+        return f"]({new}{'#' + anchor if anchor else ''})"
+
+    return _LINK.sub(link, text)
+
+
+def stage_chinese(executed_dir: Path, stage: Path, notebooks: list[Path]) -> list[str]:
+    """Stage the Chinese site: its pages, its notebooks with the English run's outputs."""
+    moved = {f"notebooks/zh/{p.name}": f"notebooks/{p.name}" for p in notebooks}
+    moved |= ZH_PAGES | {"README.zh.md": "index.md"}
+    failures = []
+    for path in notebooks:
+        executed = nbformat.read(stage / "notebooks" / path.name, as_version=4)  # English, staged
+        zh = nbformat.read(ROOT / "notebooks" / "zh" / path.name, as_version=4)
+        if [c.cell_type for c in zh.cells] != [c.cell_type for c in executed.cells]:
+            failures.append(
+                f"zh/{path.name}: its cells are not the English ones (run translate.py)"
+            )
+            continue
+        for en_cell, cell in zip(executed.cells, zh.cells, strict=True):
+            cell.metadata = en_cell.metadata  # the solutions' folding, as staged
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = en_cell.outputs, en_cell.execution_count
+            else:
+                cell.source = zh_links(cell.source, "notebooks/zh", "notebooks", moved, stage)
+        nbformat.write(zh, stage / "notebooks" / path.name)
+    for source, page in ZH_PAGES.items():
+        text = (ROOT / source).read_text()
+        folder = os.path.dirname(source)
+        (stage / page).write_text(zh_links(text, folder, os.path.dirname(page), moved, stage))
+    readme = zh_links((ROOT / "README.zh.md").read_text(), "", "", moved, stage)
+    (stage / "index.md").write_text(landing_page(readme, notebooks, stage, captions=ZH_CAPTIONS))
+    return failures
+
+
+def main(executed_dir: Path, stage: Path, chinese: bool = False) -> int:
     notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))  # 01_x, 03b_x, ...
     if stage.exists():
         shutil.rmtree(stage)
@@ -134,11 +198,19 @@ def main(executed_dir: Path, stage: Path) -> int:
         (stage / page).write_text(site_links(text, "docs", pages, stage))
     readme = (ROOT / "README.md").read_text()
     (stage / "index.md").write_text(landing_page(readme, notebooks, stage))
-    print(f"build_site: staged {len(notebooks)} executed notebooks from {executed_dir}")
+    if chinese:
+        failures = stage_chinese(executed_dir, stage, notebooks)
+        if failures:
+            print("build_site: the Chinese edition cannot be published:", file=sys.stderr)
+            print("\n".join(f"  {f}" for f in failures), file=sys.stderr)
+            return 1
+    edition = "Chinese" if chinese else "English"
+    print(f"build_site: staged {len(notebooks)} executed notebooks ({edition}) from {executed_dir}")
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    args = [a for a in sys.argv[1:] if a != "--zh"]
+    if len(args) != 2:
         sys.exit(__doc__)
-    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
+    sys.exit(main(Path(args[0]), Path(args[1]), chinese="--zh" in sys.argv[1:]))

@@ -71,10 +71,11 @@ class Doc:
 
     english: str
     twin: str
+    root: Path = ROOT
 
     @property
     def catalogue(self) -> Path:
-        return CATALOGUES / f"{Path(self.english).stem}.po"
+        return self.root / CATALOGUES.relative_to(ROOT) / f"{Path(self.english).stem}.po"
 
     @property
     def is_notebook(self) -> bool:
@@ -84,17 +85,20 @@ class Doc:
 def documents(root: Path = ROOT) -> list[Doc]:
     """Every translated file: the notebooks, the README, and the reference pages."""
     docs = [
-        Doc(f"notebooks/{p.name}", f"notebooks/zh/{p.name}")
+        Doc(f"notebooks/{p.name}", f"notebooks/zh/{p.name}", root)
         for p in sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     ]
-    docs.append(Doc("README.md", "README.zh.md"))
-    docs += [Doc(f"docs/{name}", f"docs/zh/{name}") for name in ("glossary.md", "errata.md")]
+    docs.append(Doc("README.md", "README.zh.md", root))
+    docs += [Doc(f"docs/{n}", f"docs/zh/{n}", root) for n in ("glossary.md", "errata.md")]
     return docs
 
 
-def twin_of(path: str, root: Path = ROOT) -> str | None:
+_TWINS = {d.english: d.twin for d in documents()}
+
+
+def twin_of(path: str) -> str | None:
     """The Chinese twin of repository path ``path``, if it has one."""
-    return {d.english: d.twin for d in documents(root)}.get(path)
+    return _TWINS.get(path)
 
 
 # --- markdown blocks --------------------------------------------------------------
@@ -214,7 +218,7 @@ def translate_comments(source: str, lookup: Callable[[str], str]) -> str:
         new = lookup(c.msgid).split("\n")
         if c.trailing:
             row = c.lines[0]
-            lines[row] = lines[row][: c.column] + "# " + " ".join(new)
+            lines[row] = lines[row][: c.column] + "# " + " ".join(new).strip()
             continue
         indent = lines[c.lines[0]][: c.column]
         lines[c.lines[0] : c.lines[-1] + 1] = [f"{indent}# {t}".rstrip() for t in new]
@@ -462,16 +466,18 @@ class Builder:
                 cell.source = translate_comments(cell.source, lookup)
         return nbformat.writes(zh) + "\n"
 
+    def build_one(self, doc: Doc) -> bool:
+        """Write ``doc``'s twin; whether it changed."""
+        path = self.root / doc.twin
+        text = self.render(doc)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.read_text() == text:
+            return False
+        path.write_text(text)
+        return True
+
     def build(self) -> list[str]:
-        written = []
-        for doc in self.docs.values():
-            path = self.root / doc.twin
-            text = self.render(doc)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.exists() or path.read_text() != text:
-                path.write_text(text)
-                written.append(doc.twin)
-        return written
+        return [doc.twin for doc in self.docs.values() if self.build_one(doc)]
 
 
 # --- checking ---------------------------------------------------------------------
@@ -481,8 +487,8 @@ def problems(doc: Doc, builder: Builder | None = None) -> list[str]:
     """Why ``doc``'s Chinese edition is not in step with the English (empty: it is)."""
     builder = builder or Builder()
     root = builder.root
-    if not doc.catalogue.exists() and root == ROOT:
-        return [f"{doc.english}: no catalogue {doc.catalogue.relative_to(ROOT)} (run update)"]
+    if not doc.catalogue.exists():
+        return [f"{doc.english}: no catalogue {doc.catalogue.relative_to(root)} (run update)"]
     po = builder._po.get(doc.english) or load(doc)
     builder._po[doc.english] = po
     have = {e.msgid: e for e in po if not e.obsolete}

@@ -85,6 +85,37 @@ def _button(url: str, label: str, icon: str, depth: int) -> str:
     )
 
 
+def _chinese(app) -> bool:
+    return (app.config.language or "en").startswith("zh")
+
+
+def _chinese_site(app, config) -> None:
+    """The Chinese site (``-D language=zh_CN``, built into the English site's ``zh/``)."""
+    if _chinese(app):
+        config.html_title = f"{project} · 中文版"
+        # The theme's launch menu would open the English notebook; the page's buttons open
+        # the Chinese one.
+        config.html_theme_options = {**config.html_theme_options, "launch_buttons": {}}
+
+
+def _language_switch(app, doctree: nodes.document, docname: str) -> None:
+    """A link to the same page in the other language, under every page's title."""
+    depth = docname.count("/")
+    if _chinese(app):
+        href, label = "../" * (depth + 1) + f"{docname}.html", "English"
+    else:
+        href, label = "../" * depth + f"zh/{docname}.html", "中文"
+    switch = nodes.raw(
+        "",
+        f'<p class="language-switch"><a class="reference internal" href="{href}" '
+        f'hreflang="{"en" if label == "English" else "zh"}">{label}</a></p>',
+        format="html",
+    )
+    section = next(iter(doctree.findall(nodes.section)), None)
+    if section is not None:
+        section.insert(1, switch)
+
+
 def _launch_buttons(app, doctree: nodes.document, docname: str) -> None:
     """Replace the badge images by buttons; a notebook's Colab badge gets a Binder one beside it."""
     depth = docname.count("/")
@@ -96,6 +127,8 @@ def _launch_buttons(app, doctree: nodes.document, docname: str) -> None:
         button = _button(ref["refuri"], label, icon, depth)
         if docname.startswith("notebooks/") and label == "Open in Colab":
             notebook = f"{docname}.ipynb"
+            if _chinese(app):
+                notebook = notebook.replace("notebooks/", "notebooks/zh/", 1)
             if ref["refuri"] != f"{COLAB}/{notebook}":
                 raise ValueError(f"{docname}: its Colab badge links to {ref['refuri']}")
             button += _button(
@@ -105,5 +138,7 @@ def _launch_buttons(app, doctree: nodes.document, docname: str) -> None:
 
 
 def setup(app):
+    app.connect("config-inited", _chinese_site)
     app.connect("doctree-resolved", _launch_buttons)
+    app.connect("doctree-resolved", _language_switch)
     return {"parallel_read_safe": True}

@@ -11,7 +11,10 @@ browser has a process id, and each test ends it by that id and checks it is gone
   natural size; no page shows an error output or a traceback, or logs a script error; every
   internal link resolves (anchors included); every page has its Colab and Binder buttons;
   solutions are folded until clicked; search finds a notebook; nothing is fetched from
-  another host. A screenshot of one page is saved under the test's tmp dir.
+  another host. A screenshot of one page is saved under the test's tmp dir. The Chinese
+  site (``zh/``) is reached through the language switch, and every link and anchor of its
+  pages resolves too; one Chinese page shows its figures, no error, the edition's note, and
+  buttons that open the Chinese notebook.
 - ``test_jupyterlab_runs_notebook_01_through_its_ui`` starts JupyterLab as the README does
   (``test_launch.JupyterServer``: headless, loopback, token) in a copy of the repository,
   opens notebook 01, runs Run > Run All Cells, waits until every cell ran and the kernel is
@@ -285,17 +288,25 @@ def test_built_site_in_a_browser(tmp_path, request):
             assert url in landing["links"], f"the landing page does not link {reference}"
             visit(url)
 
-        # Every internal link resolves, and so does its anchor.
-        internal = {link for f in facts.values() for link in f["links"] if link.startswith(base)}
-        for link in sorted(internal):
-            target, anchor = urldefrag(link)
-            if target.endswith(".html") and target not in facts:
-                visit(target)
-            if target in facts:
-                assert not anchor or anchor in facts[target]["ids"], f"broken anchor: {link}"
-            else:
-                response = context.request.get(target)
-                assert response.ok, f"broken link: {link} ({response.status})"
+        _check_chinese_page(visit, request, base, repo)
+
+        # Every internal link resolves, and so does its anchor, on every page reached from the
+        # landing page (the Chinese site's pages too, through the language switch).
+        checked: set[str] = set()
+        while todo := sorted(
+            {x for f in list(facts.values()) for x in f["links"] if x.startswith(base)} - checked
+        ):
+            for link in todo:
+                checked.add(link)
+                target, anchor = urldefrag(link)
+                if target.endswith(".html") and target not in facts:
+                    visit(target)
+                if target in facts:
+                    assert not anchor or anchor in facts[target]["ids"], f"broken anchor: {link}"
+                else:
+                    response = context.request.get(target)
+                    assert response.ok, f"broken link: {link} ({response.status})"
+        assert f"{base}zh/index.html" in facts, "the Chinese site is not reached from the English"
 
         page.goto(base + "search.html?q=PartitionSpec")
         results = page.locator("#search-results li a")
@@ -311,6 +322,27 @@ def test_built_site_in_a_browser(tmp_path, request):
         assert not offsite, f"the site fetched from other hosts: {sorted(set(offsite))}"
         pid = chromium.proc.pid
     assert _gone(pid) and not _group_alive(pid), "chromium is still running"
+
+
+def _check_chinese_page(visit, request, base: str, repo: dict[str, str]) -> None:
+    """One Chinese page (中文版): it loads, shows its figures and no error, and its buttons
+    and language switch lead to the Chinese notebook and back to the English page."""
+    name = SITE_TEST_SCREENSHOT
+    english = f"{base}notebooks/{name}.html"
+    chinese = f"{base}zh/notebooks/{name}.html"
+    assert chinese in visit(english)["links"], f"{name}.html has no link to its Chinese page"
+    seen = visit(chinese)
+    promised = _promised_figures(request.config, name) or 0
+    assert len(seen["figures"]) >= promised, f"zh/{name}.html shows {len(seen['figures'])} figures"
+    assert not seen["broken"] and seen["errorOutputs"] == 0, f"zh/{name}.html: {seen['broken']}"
+    assert "Traceback (most recent call last)" not in seen["text"]
+    assert "中文版说明" in seen["text"], f"zh/{name}.html does not say it is the Chinese edition"
+    assert english in seen["links"], f"zh/{name}.html has no language switch back to English"
+    notebook = f"notebooks/zh/{name}.ipynb"
+    assert seen["buttons"] == [
+        ["Open in Colab", f"{repo['colab']}/{notebook}"],
+        ["Launch on Binder", f"{repo['binder']}/{notebook}"],
+    ], f"zh/{name}.html: {seen['buttons']}"
 
 
 def _repository() -> dict[str, str]:
