@@ -15,6 +15,7 @@ English code, which the notebook tests run.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import shutil
@@ -69,8 +70,19 @@ def test_chinese_notebook_structure(doc):
     assert T.NOTE in first and first.count("。") >= 1
     badge = re.search(r"\]\((https://colab\.research\.google\.com/github/[^)]+)\)", first)
     assert badge and badge.group(1) == T.REPO_BLOB + doc.twin, "its Colab badge opens itself"
+    for a, b in zip(en.cells, zh.cells, strict=True):  # a translated comment breaks no code
+        if a.cell_type == "code":
+            assert _parses(T._maskable(b.source)) == _parses(T._maskable(a.source)), b.source
     assert zh.metadata["kernelspec"] == en.metadata["kernelspec"]
     assert "jupytext" not in zh.metadata, "a generated notebook is not a jupytext pair"
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except SyntaxError:
+        return False
+    return True
 
 
 def test_blocks_and_comments_round_trip():
