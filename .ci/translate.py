@@ -50,8 +50,8 @@ REPO_BLOB = (
     + "/blob/main/"
 )
 NOTE = (
-    "> **中文版说明：** 正文与代码注释已译成中文；代码与英文版完全相同，"
-    "运行时打印的输出和图中文字仍是英文。"
+    "> **中文版说明：** 正文与代码注释已译成中文（每个 notebook 共用的第一个代码单元除外），"
+    "代码与英文版完全相同，运行时打印的输出和图中文字仍是英文。"
 )
 # The READMEs' first lines link each other: the English line, and what the Chinese README shows.
 LANGUAGE_LINE = ("**English** · [中文](README.zh.md)", "[English](README.md) · **中文**")
