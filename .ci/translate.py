@@ -60,6 +60,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _PRAGMA = re.compile(r"^\s*(noqa|type:|fmt:|pragma|pylint|ruff:|isort:)")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _WORDS = re.compile(r"[A-Za-z]{2,}")
+_MARKER = re.compile(r"^\s*<!--.*-->\s*$")  # an HTML comment alone on its line
 
 
 # --- which files ------------------------------------------------------------------
@@ -132,8 +133,10 @@ def split_blocks(text: str) -> list[tuple[str, str]]:
 def units(block: str) -> list[str]:
     """A block's entries: a table's rows one by one (a changed row leaves the rest), else itself."""
     lines = block.split("\n")
-    if len(lines) > 1 and all(line.lstrip().startswith("|") for line in lines):
-        return lines
+    if len(lines) > 1 and all(
+        line.lstrip().startswith("|") or _MARKER.match(line) for line in lines
+    ):
+        return lines  # a table, perhaps between generated-section markers: row by row
     return [block]
 
 
