@@ -21,8 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import allreduce_probe, multiprocess, plan, profile
 from helpers.cli import host_port, whole_number, writable_path
+from helpers.cluster import allreduce_probe, multiprocess
+from helpers.measuring import profile
+from helpers.planning import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ runs the same jitted FSDP step as notebooks 03-04. With ``--checkpoint-dir`` it 
 train state with orbax every ``--save-every`` steps, and when that directory already holds
 a committed checkpoint it resumes from the newest one, onto whatever mesh this run has.
 
-``helpers.launcher`` starts it on one machine (P processes on the loopback interface, each
+``helpers.cluster.launcher`` starts it on one machine (P processes on the loopback interface, each
 with simulated CPU devices), for notebook 05 and the tests.
 """
 
@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 
 from helpers import compat
-from helpers.checkpoint import paused_writes, wait_for_uncommitted
 from helpers.cli import OneLineParser, host_port, refuse, whole_number, writable_path
+from helpers.cluster.checkpoint import paused_writes, wait_for_uncommitted
 
 # The model every process trains (small enough for a 2-core CI machine). The global batch
 # and the width d_model must divide by the number of devices: 32 and 64 allow up to 32.
 D_MODEL, D_FF, N_LAYERS, N_CLASSES, GLOBAL_BATCH, SEQ = 64, 256, 2, 16, 32, 8
 LEARNING_RATE = 1e-2
-LAYOUTS = ("fsdp", "fsdp_tp", "dp")  # logical-axis rule presets of helpers.sharding
+LAYOUTS = ("fsdp", "fsdp_tp", "dp")  # logical-axis rule presets of helpers.placing.sharding
 
 
 def parser() -> argparse.ArgumentParser:
@@ -145,7 +145,7 @@ def load_batch(key: Any, cfg: Any, x_sharding: Any, y_sharding: Any) -> tuple[An
     """
     import jax
 
-    from helpers.models import synthetic_batch
+    from helpers.placing.models import synthetic_batch
 
     x, labels = jax.jit(synthetic_batch, static_argnums=1)(key, cfg)  # one compile, not five
     rows = process_rows(x_sharding, x.shape)
@@ -157,7 +157,7 @@ def load_batch(key: Any, cfg: Any, x_sharding: Any, y_sharding: Any) -> tuple[An
 
 
 def model_config() -> Any:
-    from helpers.models import ModelConfig
+    from helpers.placing.models import ModelConfig
 
     return ModelConfig(d_model=D_MODEL, d_ff=D_FF, n_layers=N_LAYERS, n_classes=N_CLASSES,
                        batch=GLOBAL_BATCH, seq=SEQ)  # fmt: skip
@@ -178,7 +178,7 @@ def global_mesh(layout: str) -> Any:
     """A ``("data", "model")`` mesh over every device of every process, shaped for ``layout``."""
     import jax
 
-    from helpers.devices import make_mesh, mesh_shape_for
+    from helpers.placing.devices import make_mesh, mesh_shape_for
 
     devices = jax.devices()  # every process's devices, not only this one's
     n = len(devices)
@@ -245,7 +245,7 @@ def restore_target(model: Any, optimizer: Any, x: Any, mesh: Any, layout: str) -
     import flax.linen as nn
     import jax
 
-    from helpers.train import opt_state_shardings, param_shardings
+    from helpers.placing.train import opt_state_shardings, param_shardings
 
     params = jax.eval_shape(lambda k: nn.meta.unbox(model.init(k, x)["params"]), jax.random.key(0))
     p_shardings = param_shardings(model, x, mesh, layout)
@@ -264,11 +264,11 @@ def start_state(
 ) -> tuple[Any, int]:
     """A fresh train state, or the newest committed checkpoint restored onto ``mesh``.
 
-    Returns the state (``helpers.train.ShardedState``) and the step it is at.
+    Returns the state (``helpers.placing.train.ShardedState``) and the step it is at.
     """
     import jax
 
-    from helpers.train import ShardedState, init_sharded
+    from helpers.placing.train import ShardedState, init_sharded
 
     step = None if mngr is None else mngr.latest_step()  # committed steps only
     if step is None:
@@ -303,7 +303,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from helpers.train import make_train_step
+    from helpers.placing.train import make_train_step
 
     cfg, mesh = model_config(), global_mesh(args.layout)
     model, optimizer = cfg.model(), make_optimizer()
@@ -349,7 +349,7 @@ def save_results(path: str, run: dict[str, Any]) -> None:
     import jax
     from jax.experimental import multihost_utils
 
-    from helpers.sharding import path_str
+    from helpers.placing.sharding import path_str
 
     # A collective: every process must call it, even those that write nothing.
     full = multihost_utils.process_allgather(run["state"], tiled=True)
@@ -387,7 +387,7 @@ def draw_global_mesh(path: str, mesh: Any) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from helpers.draw import draw_mesh
+    from helpers.drawing.draw import draw_mesh
 
     ax = draw_mesh(mesh)
     fig = getattr(ax, "figure", ax)
@@ -414,7 +414,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         draw_global_mesh(args.mesh_figure, run["mesh"])
     print(f"process {jax.process_index()} done", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

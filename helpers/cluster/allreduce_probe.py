@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helpers.cli import OneLineParser, host_port, refuse, whole_number
-from helpers.launcher import LOOPBACK, free_loopback_port, launch
-from helpers.multiprocess import connect
+from helpers.cluster.launcher import LOOPBACK, free_loopback_port, launch
+from helpers.cluster.multiprocess import connect
 
 NVSHMEM_FLAG = "--xla_gpu_experimental_enable_nvshmem=true"
 _RESULT = "RESULT "
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from helpers.devices import make_mesh
+    from helpers.placing.devices import make_mesh
 
     n = jax.device_count()
     mesh = make_mesh((n,), ("d",))
@@ -268,7 +268,3 @@ def compare_nvshmem_flag(num_gpus: int = 2, **kwargs: Any) -> list[Variant]:
         launch_probe(num_gpus, extra_flags="", **kwargs),
         launch_probe(num_gpus, extra_flags=NVSHMEM_FLAG, **kwargs),
     ]
-
-
-if __name__ == "__main__":  # pragma: no cover - exercised through launch_probe
-    raise SystemExit(main())

@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers import cost_model
 from helpers.cli import OneLineParser, writable_path
+from helpers.measuring import cost_model
 
 # ---------------------------------------------------------------------------
 # Models
@@ -130,7 +130,7 @@ class ModelSpec:
 
 
 def spec_of_series_model(cfg: Any, name: str = "series Transformer") -> ModelSpec:
-    """The ``ModelSpec`` of a ``helpers.models.TransformerConfig``: multi-head attention
+    """The ``ModelSpec`` of a ``helpers.placing.models.TransformerConfig``: multi-head attention
     (as many key/value heads as heads), a two-matrix GELU MLP, LayerNorms (scale and
     bias), an untied output head over the padded vocabulary."""
     return ModelSpec(
@@ -242,7 +242,7 @@ def _peak(kind: str) -> float:
 
 
 HARDWARE: dict[str, Hardware] = {
-    # Peaks and NVLink figures: helpers.cost_model (NVIDIA datasheets). HBM: the datasheets
+    # Peaks and NVLink figures: helpers.measuring.cost_model (NVIDIA datasheets). HBM: the datasheets
     # (H100 SXM 80 GB, H200 SXM 141 GB, A100 SXM 80 GB). Network: one 400 Gb/s
     # ConnectX-7 NIC per GPU in a DGX H100/H200 (50 GB/s), one 200 Gb/s HDR NIC per GPU in
     # a DGX A100 (25 GB/s), eight GPUs per node.
@@ -348,7 +348,7 @@ JSON_KEYS: dict[str, str] = {
     "hbm_bytes": "the accelerator's HBM",
     "fits": "per_device_bytes.total <= hbm_bytes",
     "comm_bytes_per_step": "bytes each device sends per step over each axis whose degree is >1",
-    "step_time_s": "estimated seconds per step (helpers.cost_model's overlap model)",
+    "step_time_s": "estimated seconds per step (helpers.measuring.cost_model's overlap model)",
     "mfu": "model FLOPs per step / (step_time_s x peak FLOP/s); an upper bound, since the "
     "estimate runs every matmul at the peak",
     "tokens_per_step": "tokens in one step over all devices",
@@ -841,7 +841,3 @@ __all__ = [
     "plan_model",
     "spec_of_series_model",
 ]  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main())

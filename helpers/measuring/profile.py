@@ -24,9 +24,9 @@ The same runs from a shell, with only jax, flax, optax, numpy (and matplotlib fo
     PYTHONPATH=. python -m helpers.profile --model transformer --preset tiny
 
 What a step *should* cost (FLOPs per token, bytes per device, knees, N-GPU projections)
-is ``helpers.cost_model``; the two figures are ``helpers.draw_profile``; what is trained
+is ``helpers.measuring.cost_model``; the two figures are ``helpers.drawing.draw_profile``; what is trained
 (the presets, resized to the mesh, and ``workload_for``, the one place that maps a model
-choice to what is built and fed) is ``helpers.workload``. This module measures.
+choice to what is built and fed) is ``helpers.measuring.workload``. This module measures.
 """
 
 from __future__ import annotations
@@ -55,20 +55,10 @@ from jax.sharding import PartitionSpec
 
 from helpers import compat
 from helpers.cli import OneLineParser, refuse, whole_number, writable_path
-from helpers.cost_model import peak_flops
-from helpers.devices import make_mesh, use_simulated_devices
-from helpers.measure import collective_stats, format_bytes, memory_per_device, step_memory
-from helpers.models import ModelConfig, TransformerConfig
-from helpers.results import StrategyResult, ratio_range, spread
-from helpers.sharding import LOGICAL_RULES, logical_rules
-from helpers.train import (
-    ShardedState,
-    init_sharded,
-    make_train_step,
-    opt_state_shardings,
-    param_shardings,
-)
-from helpers.workload import (
+from helpers.measuring.cost_model import peak_flops
+from helpers.measuring.measure import collective_stats, format_bytes, memory_per_device, step_memory
+from helpers.measuring.results import StrategyResult, ratio_range, spread
+from helpers.measuring.workload import (
     AXES,
     GPU_PRESETS,
     MODEL_PRESETS,
@@ -88,8 +78,18 @@ from helpers.workload import (
     resolve_preset,
     workload_for,
 )
+from helpers.placing.devices import make_mesh, use_simulated_devices
+from helpers.placing.models import ModelConfig, TransformerConfig
+from helpers.placing.sharding import LOGICAL_RULES, logical_rules
+from helpers.placing.train import (
+    ShardedState,
+    init_sharded,
+    make_train_step,
+    opt_state_shardings,
+    param_shardings,
+)
 
-#: The public names; those of helpers.workload (what is trained) are re-exported here.
+#: The public names; those of helpers.measuring.workload (what is trained) are re-exported here.
 __all__ = [
     "AXES",
     "FLOPS_FORMULA",
@@ -353,7 +353,7 @@ def compare_strategies(
       seed: the same key initialises every strategy, so their losses can be compared.
       trace_dir: after the timed steps, run ``trace_steps`` more under ``jax.profiler``
         (``compat.profiler_trace``) and write the trace to ``trace_dir/<strategy>``
-        (``StrategyResult.trace_dir``; read it with ``helpers.trace``). The timed steps are
+        (``StrategyResult.trace_dir``; read it with ``helpers.measuring.trace``). The timed steps are
         never traced.
       compiler_options: XLA options for every compile, instead of the default
         (``gpu_compiler_options()`` on a GPU, none elsewhere); ``{}`` compiles with XLA's
@@ -932,12 +932,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dry_run:
             print("--plot skipped: a dry run has no step times", flush=True)
         else:
-            from helpers.draw_profile import plot_results
+            from helpers.drawing.draw_profile import plot_results
 
             plot_results(results).savefig(args.plot, dpi=120)
             print(f"wrote {args.plot}", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
