@@ -1,0 +1,10 @@
+"""A small all-reduce, one process per device, with and without XLA's NVSHMEM flag (notebook 07).
+
+The command line ``python -m helpers.allreduce_probe --help``; the code lives in ``helpers/cluster/allreduce_probe.py``. This module only
+keeps the documented command short.
+"""
+
+from helpers.cluster.allreduce_probe import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())
