@@ -43,3 +43,19 @@ def test_every_folder_of_helpers_is_a_package_that_gets_installed():
 
 def test_nothing_outside_helpers_gets_installed():
     assert all(p == "helpers" or p.startswith("helpers.") for p in packaged())
+
+
+def test_the_readme_module_table_names_every_module_where_it_lives():
+    """One row per module of helpers/, named by its path under helpers/ (``placing/devices``);
+    the facade and the subpackages' __init__ files, and the four modules that only keep a
+    command short (``python -m helpers.profile``, ...), have none."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("| module | what it holds |") :].split("\n\n")[0]
+    rows = {line.split("`")[1] for line in table.splitlines()[2:]}
+    commands = {"profile", "plan", "multiprocess", "allreduce_probe"}
+    modules = {
+        p.relative_to(ROOT / "helpers").with_suffix("").as_posix()
+        for p in (ROOT / "helpers").rglob("*.py")
+        if p.name != "__init__.py" and "__pycache__" not in p.parts
+    }
+    assert rows == modules - commands
