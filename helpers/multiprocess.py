@@ -1,7 +1,7 @@
 """The training script every process of a multi-process JAX job runs (notebook 05).
 
-The command line ``python -m helpers.multiprocess --help``; the code lives in ``helpers/cluster/multiprocess.py``. This module only
-keeps the documented command short.
+``python -m helpers.multiprocess`` (``--help`` lists every flag). The code lives in
+``helpers/cluster/multiprocess.py``; this module only keeps the documented command short.
 """
 
 from helpers.cluster.multiprocess import main

@@ -1,7 +1,7 @@
 """Plan a real model from a shell: memory per device, traffic per axis, step time (notebook 13).
 
-The command line ``python -m helpers.plan --help``; the code lives in ``helpers/planning/plan.py``. This module only
-keeps the documented command short.
+``python -m helpers.plan`` (``--help`` lists every flag). The code lives in
+``helpers/planning/plan.py``; this module only keeps the documented command short.
 """
 
 from helpers.planning.plan import main

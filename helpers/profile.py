@@ -1,7 +1,7 @@
 """DP against FSDP (or any other strategy) from a shell: step time, memory, collectives, MFU.
 
-The command line ``PYTHONPATH=. python -m helpers.profile --help``; the code lives in ``helpers/measuring/profile.py``. This module only
-keeps the documented command short.
+``python -m helpers.profile`` (``--help`` lists every flag). The code lives in
+``helpers/measuring/profile.py``; this module only keeps the documented command short.
 """
 
 from helpers.measuring.profile import main
