@@ -121,3 +121,25 @@ def test_a_command_line_module_only_points_at_its_code():
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The groups, lowest first: a module imports only from its own group, from the groups
+# before it, and from the shared modules at the top (compat, cli, lesson).
+LAYERS = ["parallelism", "placing", "measuring", "drawing", "cluster", "planning"]
+SHARED = {"compat", "cli", "lesson"}
+# The one edge that goes up: the profile's command line draws its figure for --plot.
+UPWARD = {("measuring.profile", "drawing.draw_profile")}
+
+
+def test_each_group_imports_only_from_the_groups_below_it():
+    graph = import_graph()
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = set()
+    for name, deps in graph.items():
+        group = name.split(".")[0]
+        if group not in rank:
+            continue
+        for dep in deps - SHARED:
+            if rank[dep.split(".")[0]] > rank[group]:
+                upward.add((name, dep))
+    assert upward == UPWARD
