@@ -1,9 +1,23 @@
 """Helpers for the Flax sharding series: device meshes, shard layouts, and what sharding costs.
 
-The notebooks import these names; each one is documented and tested in ``tests/``.
+The notebooks import these names; each one is documented and tested in ``tests/``. The code
+is grouped by concern, one subpackage each (its ``__init__.py`` says what is in it):
+
+- ``placing``: devices and meshes, sharding rules, the series' models, the training step, ZeRO;
+- ``parallelism``: collectives by hand, pipeline schedules, context and expert parallelism;
+- ``measuring``: bytes, memory and collectives of a compiled step, traces, the cost model, and
+  the profile that compares strategies;
+- ``drawing``: every figure;
+- ``cluster``: past one machine: multi-process jobs, their launcher, checkpoints;
+- ``planning``: the planner of notebook 13.
+
+``compat.py`` is the one place for differences between jax/flax versions, ``lesson.py`` the
+exercise checks and deliberate errors, ``cli.py`` what every command line shares. ``profile.py``,
+``plan.py``, ``multiprocess.py`` and ``allreduce_probe.py`` only keep the documented commands
+(``python -m helpers.profile``, ...) short.
 """
 
-from helpers.checkpoint import (
+from helpers.cluster.checkpoint import (
     SavedArray,
     checkpoint_files,
     failing_writes,
@@ -13,7 +27,40 @@ from helpers.checkpoint import (
     saved_layout,
     wait_for_uncommitted,
 )
-from helpers.collectives import (
+from helpers.drawing.draw import (
+    device_color,
+    draw_mesh,
+    draw_param_shardings,
+    draw_sharding,
+    draw_strategy_guide,
+)
+from helpers.drawing.draw_comm import draw_collective, draw_in_flight, draw_pipeline_schedule
+from helpers.drawing.draw_context import draw_causal_work
+from helpers.drawing.draw_experts import draw_routing
+from helpers.drawing.draw_strategies import plot_memory_vs_traffic
+from helpers.lesson import check, expect_error
+from helpers.measuring.measure import (
+    CollectiveOp,
+    collective_ops,
+    collective_stats,
+    format_bytes,
+    format_collectives,
+    memory_per_device,
+    planned_bytes_per_device,
+    sharding_table,
+    step_memory,
+)
+from helpers.measuring.trace import (
+    Span,
+    TraceSummary,
+    exposed_spans,
+    find_trace_file,
+    format_trace_table,
+    read_trace,
+    step_ops,
+    summarize_trace,
+)
+from helpers.parallelism.collectives import (
     HLO_NAME,
     Block,
     blocks_by_device,
@@ -26,7 +73,7 @@ from helpers.collectives import (
     ring_bytes,
     tag_blocks,
 )
-from helpers.context import (
+from helpers.parallelism.context import (
     attention_block,
     causal_block_work,
     chunk_positions,
@@ -34,19 +81,7 @@ from helpers.context import (
     online_softmax_combine,
     zigzag_chunks,
 )
-from helpers.devices import make_mesh, mesh_shape_for, use_simulated_devices
-from helpers.draw import (
-    device_color,
-    draw_mesh,
-    draw_param_shardings,
-    draw_sharding,
-    draw_strategy_guide,
-)
-from helpers.draw_comm import draw_collective, draw_in_flight, draw_pipeline_schedule
-from helpers.draw_context import draw_causal_work
-from helpers.draw_experts import draw_routing
-from helpers.draw_strategies import plot_memory_vs_traffic
-from helpers.experts import (
+from helpers.parallelism.experts import (
     MoEMLP,
     MoESpec,
     Routing,
@@ -55,20 +90,8 @@ from helpers.experts import (
     expert_parallel_mlp,
     route,
 )
-from helpers.lesson import check, expect_error
-from helpers.measure import (
-    CollectiveOp,
-    collective_ops,
-    collective_stats,
-    format_bytes,
-    format_collectives,
-    memory_per_device,
-    planned_bytes_per_device,
-    sharding_table,
-    step_memory,
-)
-from helpers.pipeline import gpipe_pipeline
-from helpers.schedules import (
+from helpers.parallelism.pipeline import gpipe_pipeline
+from helpers.parallelism.schedules import (
     PipelineSchedule,
     bubble_fraction,
     dualpipe_table,
@@ -83,7 +106,8 @@ from helpers.schedules import (
     stage_layout,
     zero_bubble_table,
 )
-from helpers.sharding import (
+from helpers.placing.devices import make_mesh, mesh_shape_for, use_simulated_devices
+from helpers.placing.sharding import (
     LOGICAL_NAMES,
     LOGICAL_RULES,
     STRATEGY_AXES,
@@ -100,16 +124,6 @@ from helpers.sharding import (
     shard_layout,
     shard_tree,
     unmapped_logical_names,
-)
-from helpers.trace import (
-    Span,
-    TraceSummary,
-    exposed_spans,
-    find_trace_file,
-    format_trace_table,
-    read_trace,
-    step_ops,
-    summarize_trace,
 )
 
 __all__ = [
@@ -218,22 +232,21 @@ __all__ = [
     "summarize_trace",
 ]
 
-# helpers.plan and helpers.zero are imported on first use, not here: ``python -m
-# helpers.plan`` runs the planner as __main__ (runpy warns when the package has already
-# imported the module it runs), and the planner needs no jax at all.
+# helpers.planning.plan and helpers.placing.zero are imported on first use, not here: the
+# planner needs no jax at all, and ``python -m helpers.plan`` (helpers/plan.py) imports it once.
 _LAZY = {
-    "HARDWARE": "helpers.plan",
-    "NAMED_MODELS": "helpers.plan",
-    "ModelSpec": "helpers.plan",
-    "Plan": "helpers.plan",
-    "PlanError": "helpers.plan",
-    "format_plan": "helpers.plan",
-    "model_from_hf_config": "helpers.plan",
-    "plan_model": "helpers.plan",
-    "ZERO_STAGES": "helpers.zero",
-    "init_zero": "helpers.zero",
-    "make_zero_train_step": "helpers.zero",
-    "zero_specs": "helpers.zero",
+    "HARDWARE": "helpers.planning.plan",
+    "NAMED_MODELS": "helpers.planning.plan",
+    "ModelSpec": "helpers.planning.plan",
+    "Plan": "helpers.planning.plan",
+    "PlanError": "helpers.planning.plan",
+    "format_plan": "helpers.planning.plan",
+    "model_from_hf_config": "helpers.planning.plan",
+    "plan_model": "helpers.planning.plan",
+    "ZERO_STAGES": "helpers.placing.zero",
+    "init_zero": "helpers.placing.zero",
+    "make_zero_train_step": "helpers.placing.zero",
+    "zero_specs": "helpers.placing.zero",
 }
 
 

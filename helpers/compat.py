@@ -185,7 +185,7 @@ def profiler_trace(log_dir: str) -> Iterator[str]:
     events per step and says nothing about XLA's ops). The host tracer stays at level 2:
     with jax 0.8.0 at level 1 the CPU backend records no HLO op at all. The one spelling
     that differs is the CPU backend's matmul: ``dot`` in jax 0.8.0, a ``ynn_fusion`` in
-    0.10.2; ``helpers.trace`` tells collectives from compute by name, so neither matters.
+    0.10.2; ``helpers.measuring.trace`` tells collectives from compute by name, so neither matters.
     """
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0

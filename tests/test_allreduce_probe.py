@@ -1,10 +1,10 @@
-"""helpers.allreduce_probe: the one-process-per-device all-reduce that notebook 07 runs with
+"""helpers.cluster.allreduce_probe: the one-process-per-device all-reduce that notebook 07 runs with
 and without XLA's NVSHMEM flag on GPUs. Here it runs on CPU (gloo, loopback only), which
 checks everything but the GPU: the launch, the flags each process gets, the sum, the report."""
 
 import jax
 
-from helpers.allreduce_probe import (
+from helpers.cluster.allreduce_probe import (
     NVSHMEM_FLAG,
     Variant,
     backend_configs,

@@ -492,7 +492,7 @@ def test_jupyterlab_calculator_redraws_when_a_control_moves(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(
-            "from helpers.calculator import plan_calculator\n"
+            "from helpers.planning.calculator import plan_calculator\n"
             'plan_calculator(model="llama3-8b", hardware="h100", dp=8, zero=3)'
         )
     ]

@@ -1,4 +1,4 @@
-"""helpers.checkpoint, and the orbax guarantees notebook 06 teaches, on 8 simulated CPU devices.
+"""helpers.cluster.checkpoint, and the orbax guarantees notebook 06 teaches, on 8 simulated CPU devices.
 
 Besides the helpers themselves, these tests pin down what the notebook relies on, so that an
 orbax upgrade that changes it fails here first: a sharded train state saved on 8-device
@@ -32,7 +32,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from helpers import make_mesh
-from helpers.checkpoint import (
+from helpers.cluster.checkpoint import (
     TMP_SUFFIX,
     checkpoint_files,
     failing_writes,
@@ -42,8 +42,8 @@ from helpers.checkpoint import (
     saved_layout,
     wait_for_uncommitted,
 )
-from helpers.models import ModelConfig, synthetic_batch
-from helpers.train import init_sharded, opt_state_shardings, param_shardings
+from helpers.placing.models import ModelConfig, synthetic_batch
+from helpers.placing.train import init_sharded, opt_state_shardings, param_shardings
 
 ocp = pytest.importorskip("orbax.checkpoint")
 
@@ -305,7 +305,7 @@ _CHILD = textwrap.dedent("""
     use_simulated_devices(2, quiet=True)
     import jax.numpy as jnp
     import orbax.checkpoint as ocp
-    from helpers.checkpoint import paused_writes, wait_for_uncommitted
+    from helpers.cluster.checkpoint import paused_writes, wait_for_uncommitted
 
     directory, ending = sys.argv[1], sys.argv[2]
     mngr = ocp.CheckpointManager(directory)
@@ -418,7 +418,7 @@ def test_listing_survives_files_vanishing_mid_listing(tmp_path):
     """A save in flight creates and deletes lock files while notebook 06 lists the folder."""
     import threading
 
-    from helpers.checkpoint import checkpoint_files
+    from helpers.cluster.checkpoint import checkpoint_files
 
     (tmp_path / "keep.bin").write_bytes(b"x" * 10)
     stop = threading.Event()

@@ -1,4 +1,4 @@
-"""helpers.collectives: tagged blocks, what each collective does to them, closed forms,
+"""helpers.parallelism.collectives: tagged blocks, what each collective does to them, closed forms,
 pipeline schedules and the HLO order of a compiled program. Runs on 8 simulated devices."""
 
 import jax
@@ -8,7 +8,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from helpers import make_mesh
-from helpers.collectives import (
+from helpers.measuring.measure import collective_stats
+from helpers.parallelism.collectives import (
     COLLECTIVES,
     HLO_NAME,
     Block,
@@ -23,7 +24,6 @@ from helpers.collectives import (
     ring_bytes,
     tag_blocks,
 )
-from helpers.measure import collective_stats
 
 N = 8
 

@@ -1,4 +1,4 @@
-"""Unit tests of helpers.context and helpers.draw_context: layouts, work, attention pieces."""
+"""Unit tests of helpers.parallelism.context and helpers.drawing.draw_context: layouts, work, attention pieces."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from helpers.context import (
+from helpers.drawing.draw import device_color
+from helpers.drawing.draw_context import draw_causal_work
+from helpers.parallelism.context import (
     MASKED,
     attention_block,
     causal_block_work,
@@ -17,8 +19,6 @@ from helpers.context import (
     online_softmax_combine,
     zigzag_chunks,
 )
-from helpers.draw import device_color
-from helpers.draw_context import draw_causal_work
 
 
 def test_layouts_for_four_devices():

@@ -1,4 +1,4 @@
-"""Tests of helpers.cost_model: peaks, units, bytes, phase times, knees and the scaling-book rule.
+"""Tests of helpers.measuring.cost_model: peaks, units, bytes, phase times, knees and the scaling-book rule.
 
 The formulas are checked against hand arithmetic here; tests/test_profile.py checks the
 unit counts against the bytes of steps XLA compiled.
@@ -9,8 +9,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from helpers import cost_model as cm
-from helpers.models import ModelConfig, TransformerConfig
+from helpers.measuring import cost_model as cm
+from helpers.placing.models import ModelConfig, TransformerConfig
 
 GPU = ModelConfig(d_model=4096, d_ff=16384, n_layers=4, n_classes=128, batch=8, seq=2048)
 H100 = 989e12
@@ -54,7 +54,7 @@ def test_flops_per_token_splits_six_into_two_and_four_and_remat_adds_two():
     assert cm.flops_per_token(dataclasses.replace(GPU, batch=1)) == cm.flops_per_token(GPU)
 
 
-# The Transformer preset of helpers.profile (gpu), in f32: attention is 6% of its FLOPs.
+# The Transformer preset of helpers.measuring.profile (gpu), in f32: attention is 6% of its FLOPs.
 LM = TransformerConfig(
     vocab_size=50257, d_model=2048, n_heads=16, head_dim=128, d_ff=8192, n_layers=8,
     batch=8, seq=1024, vocab_multiple=128,
@@ -85,7 +85,7 @@ def test_the_forward_phase_is_a_third_of_what_xla_counts_for_a_transformer():
     import jax
 
     from helpers import compat
-    from helpers.models import cross_entropy, synthetic_tokens
+    from helpers.placing.models import cross_entropy, synthetic_tokens
 
     cfg = TransformerConfig(
         vocab_size=256, d_model=64, n_heads=4, head_dim=16, d_ff=256, n_layers=2, batch=2, seq=128

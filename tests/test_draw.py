@@ -1,4 +1,4 @@
-"""Tests for helpers.draw: what each figure shows (blocks, their devices, labels), not just
+"""Tests for helpers.drawing.draw: what each figure shows (blocks, their devices, labels), not just
 that a figure came back."""
 # The devices must be set before any other JAX use, so imports follow that call.
 # ruff: noqa: E402
@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from matplotlib import colors as mcolors
 
 from helpers import make_mesh, planned_bytes_per_device, shard_tree
-from helpers.draw import (
+from helpers.drawing.draw import (
     _text_color,
     device_color,
     draw_mesh,
@@ -449,7 +449,7 @@ def _abstract(model, x, mesh, rules):
     the logical-axis rules."""
     import flax.linen as nn
 
-    from helpers.train import param_shardings
+    from helpers.placing.train import param_shardings
 
     shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), x)["params"])
     shardings = param_shardings(model, x, mesh, rules)
@@ -460,8 +460,8 @@ def _abstract(model, x, mesh, rules):
 
 @pytest.fixture(scope="module")
 def transformer():
-    from helpers.models import TransformerConfig, synthetic_tokens
-    from helpers.sharding import param_order
+    from helpers.placing.models import TransformerConfig, synthetic_tokens
+    from helpers.placing.sharding import param_order
 
     cfg = TransformerConfig(n_layers=4, n_heads=8, vocab_multiple=1024, batch=8, seq=8)
     x, _ = synthetic_tokens(jax.random.key(0), cfg)
@@ -470,8 +470,8 @@ def transformer():
 
 
 def test_draw_param_shardings_flax_mlp_stack_in_model_order():
-    from helpers.models import ModelConfig, synthetic_batch
-    from helpers.sharding import param_order
+    from helpers.placing.models import ModelConfig, synthetic_batch
+    from helpers.placing.sharding import param_order
 
     cfg = ModelConfig(d_model=16, d_ff=32, n_layers=2, n_classes=8, batch=8, seq=2)
     mesh = make_mesh((8, 1), ("data", "model"))
@@ -535,7 +535,7 @@ def test_draw_param_shardings_folds_a_transformer(transformer):
 
 
 def test_a_50_array_transformer_fits_a_readable_figure():
-    from helpers.models import TransformerConfig, synthetic_tokens
+    from helpers.placing.models import TransformerConfig, synthetic_tokens
 
     cfg = TransformerConfig(n_layers=5, n_heads=8, vocab_multiple=1024, batch=8, seq=8)
     x, _ = synthetic_tokens(jax.random.key(0), cfg)

@@ -1,4 +1,4 @@
-"""helpers.draw_comm: the before/after picture of a collective and the pipeline schedule.
+"""helpers.drawing.draw_comm: the before/after picture of a collective and the pipeline schedule.
 
 The assertions read the drawn artists' gids and colours: which device's row holds which
 block, in whose colour; which stage works on which micro-batch at which tick."""
@@ -13,8 +13,8 @@ import pytest
 from matplotlib import colors as mcolors
 
 from helpers import device_color
-from helpers.collectives import Block, expected_blocks, gpipe_schedule
-from helpers.draw_comm import draw_collective, draw_pipeline_schedule
+from helpers.drawing.draw_comm import draw_collective, draw_pipeline_schedule
+from helpers.parallelism.collectives import Block, expected_blocks, gpipe_schedule
 
 
 def _blocks(fig, panel):

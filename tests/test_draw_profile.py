@@ -1,4 +1,4 @@
-"""Tests of helpers.draw_profile: the profile's two figures draw what was measured and projected."""
+"""Tests of helpers.drawing.draw_profile: the profile's two figures draw what was measured and projected."""
 
 import dataclasses
 
@@ -9,14 +9,14 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from helpers import cost_model as cm  # noqa: E402
-from helpers import profile  # noqa: E402
-from helpers.draw_profile import (  # noqa: E402
+from helpers.drawing.draw_profile import (  # noqa: E402
     plot_knee_by_devices,
     plot_projection,
     plot_results,
     plot_trace_timeline,
 )
+from helpers.measuring import cost_model as cm  # noqa: E402
+from helpers.measuring import profile  # noqa: E402
 
 TINY = profile.PRESETS["tiny"]
 
@@ -114,7 +114,7 @@ def test_plot_projection_labels_cross_no_other_mark_and_stay_inside(bandwidth):
 
 
 def _spans():
-    from helpers.trace import Span
+    from helpers.measuring.trace import Span
 
     out = []
     for d in range(3):
@@ -127,7 +127,7 @@ def _spans():
 
 
 def test_plot_trace_timeline_draws_a_row_per_device_and_marks_the_exposed_part():
-    from helpers.draw import device_color
+    from helpers.drawing.draw import device_color
 
     fig = plot_trace_timeline({"fsdp": _spans()}, where="CPU measurement")
     (ax,) = fig.axes

@@ -1,4 +1,4 @@
-"""Tests of helpers.draw_strategies: the strategies' scatter draws what it is given."""
+"""Tests of helpers.drawing.draw_strategies: the strategies' scatter draws what it is given."""
 
 import matplotlib
 import pytest

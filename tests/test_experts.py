@@ -1,4 +1,4 @@
-"""Unit tests of helpers.experts and helpers.draw_experts: routing, dispatch, the MoE layer."""
+"""Unit tests of helpers.parallelism.experts and helpers.drawing.draw_experts: routing, dispatch, the MoE layer."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from jax.sharding import PartitionSpec as P
 
 from helpers import UnmappedLogicalNameWarning, logical_rules, make_mesh
 from helpers.compat import set_mesh
-from helpers.draw import device_color
-from helpers.draw_experts import draw_routing
-from helpers.experts import (
+from helpers.drawing.draw import device_color
+from helpers.drawing.draw_experts import draw_routing
+from helpers.parallelism.experts import (
     MoEMLP,
     MoESpec,
     Routing,
@@ -25,8 +25,8 @@ from helpers.experts import (
     expert_parallel_mlp,
     route,
 )
-from helpers.models import TransformerConfig
-from helpers.train import param_shardings
+from helpers.placing.models import TransformerConfig
+from helpers.placing.train import param_shardings
 
 
 def test_capacity_is_the_rounded_up_even_share():

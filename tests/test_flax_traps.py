@@ -12,7 +12,7 @@ import jax
 import pytest
 
 from helpers import make_mesh
-from helpers.train import init_sharded, param_shardings
+from helpers.placing.train import init_sharded, param_shardings
 
 
 class NaiveQuery(nn.Module):

@@ -1,4 +1,4 @@
-"""Tests for ``helpers.launcher``, on plain Python processes (no JAX job): it streams each
+"""Tests for ``helpers.cluster.launcher``, on plain Python processes (no JAX job): it streams each
 process's lines with its label, reports how each ended, kills a process on purpose after a
 given line, stops the others after a failure, and ends every process it started (and what
 those started) by its pid, within its timeout. Real JAX jobs: ``test_multi_process.py``.
@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from helpers import launcher
-from helpers.launcher import still_alive
+from helpers.cluster import launcher
+from helpers.cluster.launcher import still_alive
 
 PY = sys.executable
 

@@ -8,7 +8,8 @@ import optax
 import pytest
 
 from helpers import make_mesh, memory_per_device
-from helpers.models import (
+from helpers.measuring.profile import compare_strategies
+from helpers.placing.models import (
     MarkovLanguage,
     ModelConfig,
     TransformerConfig,
@@ -18,8 +19,7 @@ from helpers.models import (
     synthetic_batch,
     synthetic_tokens,
 )
-from helpers.profile import compare_strategies
-from helpers.train import init_sharded, make_train_step, param_shardings
+from helpers.placing.train import init_sharded, make_train_step, param_shardings
 
 CFG = ModelConfig(d_model=64, d_ff=128, n_layers=1, n_classes=8, batch=16, seq=4)
 

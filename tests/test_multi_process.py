@@ -1,4 +1,4 @@
-"""Tests for ``helpers.multiprocess``, the script every process of a JAX job runs.
+"""Tests for ``helpers.cluster.multiprocess``, the script every process of a JAX job runs.
 
 Its pieces first (no job): how it joins a job, which rows a process loads, and the private
 gloo API it relies on failing clearly when a jax upgrade moves it. Then real jobs of two
@@ -31,10 +31,11 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from helpers import compat, launcher, make_mesh
-from helpers import multiprocess as mp
-from helpers.launcher import still_alive
-from helpers.sharding import path_str
+from helpers import compat, make_mesh
+from helpers.cluster import launcher
+from helpers.cluster import multiprocess as mp
+from helpers.cluster.launcher import still_alive
+from helpers.placing.sharding import path_str
 
 ocp = pytest.importorskip("orbax.checkpoint")
 

@@ -1,6 +1,6 @@
 """The series' helpers on Flax NNX trees: ``nnx.state(model)``, placed and abstract.
 
-The tree walker (``helpers.sharding.leaves_with_paths``) counts each ``nnx.Variable`` as the
+The tree walker (``helpers.placing.sharding.leaves_with_paths``) counts each ``nnx.Variable`` as the
 array it holds, under the Variable's own path, so that every helper built on it
 (``sharding_table``, ``memory_per_device``, ``planned_bytes_per_device``,
 ``draw_param_shardings``) reads NNX state the way it reads a Linen parameter dict.
@@ -34,7 +34,7 @@ from helpers import (
     sharding_table,
 )
 from helpers.compat import nnx_sharding_names
-from helpers.sharding import leaves_with_paths, sharding_of
+from helpers.placing.sharding import leaves_with_paths, sharding_of
 
 KERNEL, BIAS = (64, 32), (32,)
 

@@ -1,4 +1,4 @@
-"""Tests of helpers.plan: the ZeRO paper's Fig. 1, published parameter counts, Hugging Face
+"""Tests of helpers.planning.plan: the ZeRO paper's Fig. 1, published parameter counts, Hugging Face
 configs, and the command line's one-line errors."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.plan import (
+from helpers.planning.plan import (
     HARDWARE,
     JSON_KEYS,
     NAMED_MODELS,

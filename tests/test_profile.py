@@ -1,4 +1,4 @@
-"""Tests of helpers.profile: what compare_strategies measures, how it sizes and refuses, the CLI.
+"""Tests of helpers.measuring.profile: what compare_strategies measures, how it sizes and refuses, the CLI.
 
 There is no GPU here, so the GPU-only lines are exercised with stand-ins: a fake
 allocator for ``memory_stats()``, fake devices for ``choose_preset``, and a compile-only
@@ -23,8 +23,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from helpers import cost_model as cm  # noqa: E402
-from helpers import profile  # noqa: E402
+from helpers.measuring import cost_model as cm  # noqa: E402
+from helpers.measuring import profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = profile.PRESETS["tiny"]
@@ -845,7 +845,7 @@ def test_the_workload_names_are_the_same_objects_from_helpers_profile():
     import ast
     import inspect
 
-    from helpers import workload
+    from helpers.measuring import workload
 
     tree = ast.parse(inspect.getsource(workload))
     defined = set()

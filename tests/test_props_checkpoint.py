@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.checkpoint: listings of any directory tree, saved layouts,
+"""Property-based tests of helpers.cluster.checkpoint: listings of any directory tree, saved layouts,
 waiting for an uncommitted save."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import checkpoint_files, format_bytes, format_checkpoint_files
-from helpers.checkpoint import TMP_SUFFIX, SavedArray, wait_for_uncommitted
+from helpers.cluster.checkpoint import TMP_SUFFIX, SavedArray, wait_for_uncommitted
 
 names = st.text("abcdefgh_.0123456789", min_size=1, max_size=8).filter(
     lambda s: s not in (".", "..")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -21,8 +22,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import allreduce_probe, multiprocess, plan, profile
 from helpers.cli import host_port, whole_number, writable_path
+from helpers.cluster import allreduce_probe, multiprocess
+from helpers.measuring import profile
+from helpers.planning import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,6 +196,7 @@ def test_the_value_checkers_accept_only_what_they_say(text):
         ("helpers.profile", ["--batch-per-device", "0"], "--batch-per-device"),
         ("helpers.multiprocess", ["--simulated-devices", "0"], "--simulated-devices"),
         ("helpers.plan", ["--params", "1e9", "--gpus", "0"], "--gpus"),
+        ("helpers.allreduce_probe", ["--num-gpus", "0"], "--num-gpus"),
     ],
 )
 def test_the_real_command_exits_2_with_one_line_before_any_work(module, argv, flag):
@@ -204,3 +208,29 @@ def test_the_real_command_exits_2_with_one_line_before_any_work(module, argv, fl
     assert run.returncode == 2, run.stderr
     assert run.stdout == ""
     assert _is_one_line_naming(run.stderr, flag) and "Traceback" not in run.stderr
+
+
+def documented_commands() -> set[str]:
+    """Every ``python -m helpers.X`` the documentation, the notebooks and the helpers name."""
+    texts = [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+    texts += sorted((ROOT / "notebooks" / "src").glob("*.md"))
+    texts += sorted((ROOT / "helpers").rglob("*.py"))
+    found = set()
+    for path in texts:
+        found |= set(re.findall(r"python -m (helpers(?:\.\w+)+)", path.read_text()))
+    return found - {"helpers.X"}  # the placeholder of helpers/cli.py and CONTRIBUTING.md
+
+
+def test_every_documented_command_runs_where_the_documentation_says():
+    """The code lives in a subpackage (helpers/measuring/profile.py, ...); the command a
+    learner types stays the documented one, and its --help names it."""
+    commands = documented_commands()
+    assert {"helpers.profile", "helpers.plan", "helpers.multiprocess"} <= commands
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for module in sorted(commands):
+        run = subprocess.run(
+            [sys.executable, "-W", "error::RuntimeWarning", "-m", module, "--help"],
+            capture_output=True, text=True, env=env, timeout=120, cwd=ROOT,
+        )  # fmt: skip
+        assert run.returncode == 0, (module, run.stderr)
+        assert run.stdout.startswith(f"usage: python -m {module} "), (module, run.stdout[:80])

@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.collectives and helpers.draw_comm: tags, definitions, schedules."""
+"""Property-based tests of helpers.parallelism.collectives and helpers.drawing.draw_comm: tags, definitions, schedules."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib import colors as mcolors
 
-from helpers.collectives import (
+from helpers.drawing.draw import device_color
+from helpers.drawing.draw_comm import draw_collective, draw_pipeline_schedule
+from helpers.parallelism.collectives import (
     COLLECTIVES,
     Block,
     bubble_fraction,
@@ -21,8 +23,6 @@ from helpers.collectives import (
     ring_bytes,
     tag_blocks,
 )
-from helpers.draw import device_color
-from helpers.draw_comm import draw_collective, draw_pipeline_schedule
 
 counts = st.integers(1, 24)
 collectives = st.sampled_from(COLLECTIVES)

@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.compat and helpers.allreduce_probe: meshes, FLOPs, HLO parsing."""
+"""Property-based tests of helpers.compat and helpers.cluster.allreduce_probe: meshes, FLOPs, HLO parsing."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from jax.sharding import AxisType
 
 from helpers import compat
-from helpers.allreduce_probe import backend_configs
+from helpers.cluster.allreduce_probe import backend_configs
 
 
 @given(st.lists(st.integers(1, 8), min_size=1, max_size=3))

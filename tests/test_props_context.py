@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.context: the zig-zag's balance and the online-softmax combine."""
+"""Property-based tests of helpers.parallelism.context: the zig-zag's balance and the online-softmax combine."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.context import (
+from helpers.parallelism.context import (
     attention_block,
     causal_block_work,
     chunk_positions,

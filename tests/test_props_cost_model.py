@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.cost_model: units, bytes, times, steps and knees agree."""
+"""Property-based tests of helpers.measuring.cost_model: units, bytes, times, steps and knees agree."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers.cost_model import (
+from helpers.measuring.cost_model import (
     NCCL_RING_LATENCY,
     Network,
     comm_bytes,

@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.devices: mesh shapes and meshes for any device count."""
+"""Property-based tests of helpers.placing.devices: mesh shapes and meshes for any device count."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.draw: what is drawn is what shard_layout says, in the series' colours."""
+"""Property-based tests of helpers.drawing.draw: what is drawn is what shard_layout says, in the series' colours."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.draw_profile: its two figures draw what they are given."""
+"""Property-based tests of helpers.drawing.draw_profile: its two figures draw what they are given."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import matplotlib.pyplot as plt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import cost_model as cm
-from helpers.draw_profile import plot_projection
-from helpers.models import ModelConfig
+from helpers.drawing.draw_profile import plot_projection
+from helpers.measuring import cost_model as cm
+from helpers.placing.models import ModelConfig
 
 
 @settings(max_examples=10)

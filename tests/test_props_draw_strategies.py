@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.draw_strategies: every strategy is drawn, and labelled once."""
+"""Property-based tests of helpers.drawing.draw_strategies: every strategy is drawn, and labelled once."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.experts: capacity, slots and drops, dispatch and combine."""
+"""Property-based tests of helpers.parallelism.experts: capacity, slots and drops, dispatch and combine."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.experts import dispatch_weights, expert_capacity, route
+from helpers.parallelism.experts import dispatch_weights, expert_capacity, route
 
 
 @given(st.integers(1, 512), st.integers(1, 64), st.data())

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 
 from helpers import draw_param_shardings, draw_sharding, planned_bytes_per_device
-from helpers.sharding import sharding_of
+from helpers.placing.sharding import sharding_of
 
 matplotlib.use("Agg")
 

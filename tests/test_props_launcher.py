@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.launcher: what it echoes of a process's output, and pids."""
+"""Property-based tests of helpers.cluster.launcher: what it echoes of a process's output, and pids."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import launcher
+from helpers.cluster import launcher
 
 # Ordinary lines a training script prints: not indented, not a traceback's first line.
 ordinary = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=40).filter(

@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.measure: bytes per device, tables, step memory, collectives."""
+"""Property-based tests of helpers.measuring.measure: bytes per device, tables, step memory, collectives."""
 
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ def test_flax_nnx_compiled_steps_are_read_through_their_wrapper():
 @settings(max_examples=10)
 @given(st.integers(2, 8), st.integers(1, 4))
 def test_collective_ops_add_up_to_collective_stats(n, layers):
-    from helpers.measure import collective_ops
+    from helpers.measuring.measure import collective_ops
 
     mesh = make_mesh((n,), ("data",))
     ws = jax.ShapeDtypeStruct(

@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.models and helpers.train: sizes, data, loss, placement."""
+"""Property-based tests of helpers.placing.models and helpers.placing.train: sizes, data, loss, placement."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from helpers import (
     mesh_shape_for,
     planned_bytes_per_device,
 )
-from helpers.models import ModelConfig, cross_entropy, synthetic_batch
-from helpers.train import init_sharded, param_shardings
+from helpers.placing.models import ModelConfig, cross_entropy, synthetic_batch
+from helpers.placing.train import init_sharded, param_shardings
 
 configs = st.builds(
     ModelConfig,

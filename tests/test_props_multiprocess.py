@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.multiprocess: which rows a process loads, addresses, sizes."""
+"""Property-based tests of helpers.cluster.multiprocess: which rows a process loads, addresses, sizes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from helpers import multiprocess
+from helpers.cluster import multiprocess
 
 
 @settings(max_examples=30)

@@ -10,7 +10,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers.plan import main
+from helpers.planning.plan import main
 
 FLAGS = [
     "--dp",
@@ -92,7 +92,7 @@ def test_any_flags_give_a_plan_or_one_line_naming_a_flag(
 
 @given(st.integers(1, 10**12), st.sampled_from([1, 2, 4, 64]), st.sampled_from([0, 1, 2, 3]))
 def test_zero_stages_never_grow_memory(n: int, dp: int, stage: int) -> None:
-    from helpers.plan import ModelSpec, plan_model
+    from helpers.planning.plan import ModelSpec, plan_model
 
     model = ModelSpec("n", 0, 0, 0, 0, 0, 0, params_only=n)
     before = plan_model(model, dp=dp, zero=max(stage - 1, 0)).per_device_bytes["total"]

@@ -1,5 +1,5 @@
-"""Property-based tests of helpers.profile's own arithmetic and command line (what it trains,
-helpers.workload, is tested in test_props_workload.py)."""
+"""Property-based tests of helpers.measuring.profile's own arithmetic and command line (what it trains,
+helpers.measuring.workload, is tested in test_props_workload.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import profile
+from helpers.measuring import profile
 
 times = st.lists(st.floats(1e-4, 10.0, allow_nan=False), min_size=1, max_size=12)
 

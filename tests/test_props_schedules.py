@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.schedules: every table any count draws obeys the pipeline's rules.
+"""Property-based tests of helpers.parallelism.schedules: every table any count draws obeys the pipeline's rules.
 
 For GPipe, 1F1B, interleaved, zero-bubble and DualPipe tables on 1 to 8 stages: every op runs
 once; on every device a micro-batch's forward runs before its backward; a stage's forward
@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib import colors as mcolors
 
-from helpers.draw import device_color
-from helpers.draw_comm import draw_in_flight, draw_pipeline_schedule
-from helpers.schedules import (
+from helpers.drawing.draw import device_color
+from helpers.drawing.draw_comm import draw_in_flight, draw_pipeline_schedule
+from helpers.parallelism.schedules import (
     BACKWARD,
     FORWARD,
     IDLE,

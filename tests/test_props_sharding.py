@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.sharding: spec checks, placement, layouts, the FSDP rule."""
+"""Property-based tests of helpers.placing.sharding: spec checks, placement, layouts, the FSDP rule."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_every_preset_maps_each_logical_name_once_to_a_known_axis(strategy):
 def test_fsdp_warns_exactly_when_it_shards_nothing_on_several_devices(data, min_size):
     import warnings as _w
 
-    from helpers.sharding import FSDPShardsNothingWarning
+    from helpers.placing.sharding import FSDPShardsNothingWarning
 
     mesh = data.draw(meshes(max_axes=1))
     leaves = data.draw(st.lists(shapes(0, 3), min_size=1, max_size=3))

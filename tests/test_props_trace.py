@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.trace's overlap arithmetic, on synthetic spans."""
+"""Property-based tests of helpers.measuring.trace's overlap arithmetic, on synthetic spans."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers.trace import Span, exposed_spans, summarize_trace
+from helpers.measuring.trace import Span, exposed_spans, summarize_trace
 
 # Times on a 0.5 us grid, as a profiler records them (no subnormal widths).
 intervals = st.tuples(

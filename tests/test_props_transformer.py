@@ -1,4 +1,4 @@
-"""Property-based tests of the Transformer in helpers.models and the name reports of helpers.sharding."""
+"""Property-based tests of the Transformer in helpers.placing.models and the name reports of helpers.placing.sharding."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.models import TransformerConfig, padded_vocab_size, synthetic_tokens
-from helpers.sharding import (
+from helpers.placing.models import TransformerConfig, padded_vocab_size, synthetic_tokens
+from helpers.placing.sharding import (
     LOGICAL_RULES,
     UnmappedLogicalNameWarning,
     logical_names,

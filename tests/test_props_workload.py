@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.workload (what helpers.profile trains): resizing to a mesh,
+"""Property-based tests of helpers.measuring.workload (what helpers.measuring.profile trains): resizing to a mesh,
 degenerate strategies, workloads."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import LOGICAL_RULES, STRATEGY_AXES
-from helpers.models import ModelConfig, TransformerConfig
-from helpers.workload import (
+from helpers.measuring.workload import (
     config_dict,
     config_from_dict,
     degenerate,
@@ -25,6 +24,7 @@ from helpers.workload import (
     resolve_preset,
     workload_for,
 )
+from helpers.placing.models import ModelConfig, TransformerConfig
 
 WIDTHS = {"embed": "d_model", "embed_vec": "d_model", "mlp": "d_ff", "classes": "n_classes"}
 configs = st.builds(

@@ -1,4 +1,4 @@
-"""Property-based tests of helpers.zero and helpers.calculator: ZeRO slices split like
+"""Property-based tests of helpers.placing.zero and helpers.planning.calculator: ZeRO slices split like
 FSDP or not at all, a bad stage is refused by name, and every calculator setting gives a
 plan or one line saying why it cannot run."""
 
@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import make_mesh
-from helpers.calculator import CHOICES, calculator_plan
-from helpers.plan import Plan
-from helpers.zero import init_zero, zero_specs
+from helpers.placing.zero import init_zero, zero_specs
+from helpers.planning.calculator import CHOICES, calculator_plan
+from helpers.planning.plan import Plan
 
 shapes = st.lists(st.integers(1, 96), min_size=1, max_size=3).map(tuple)
 

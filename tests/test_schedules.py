@@ -1,4 +1,4 @@
-"""helpers.schedules and helpers.pipeline: tables on small cases written out by hand, and
+"""helpers.parallelism.schedules and helpers.parallelism.pipeline: tables on small cases written out by hand, and
 notebook 07's GPipe as an importable function. Runs on 8 simulated devices."""
 
 import jax
@@ -8,9 +8,9 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from helpers import make_mesh
-from helpers.collectives import gpipe_schedule
-from helpers.pipeline import gpipe_pipeline
-from helpers.schedules import (
+from helpers.parallelism.collectives import gpipe_schedule
+from helpers.parallelism.pipeline import gpipe_pipeline
+from helpers.parallelism.schedules import (
     bubble_fraction,
     executor_tables,
     gpipe_table,

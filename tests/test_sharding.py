@@ -17,7 +17,7 @@ from helpers import (
     shard_layout,
     shard_tree,
 )
-from helpers.sharding import FSDPShardsNothingWarning
+from helpers.placing.sharding import FSDPShardsNothingWarning
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +231,7 @@ def test_shard_tree_needs_the_tree_structure(mesh):
 
 
 def test_every_preset_maps_every_conventional_name_once():
-    from helpers.sharding import LOGICAL_NAMES
+    from helpers.placing.sharding import LOGICAL_NAMES
 
     for strategy, rules in LOGICAL_RULES.items():
         assert [name for name, _ in rules] == list(LOGICAL_NAMES), strategy
@@ -283,7 +283,7 @@ class _ForeignModel:
 def test_unmapped_names_of_a_model_outside_the_presets():
     import flax.linen as nn
 
-    from helpers.sharding import format_unmapped, logical_names, unmapped_logical_names
+    from helpers.placing.sharding import format_unmapped, logical_names, unmapped_logical_names
 
     model, x = _ForeignModel.build(), jnp.ones((8, 16))
     abstract = jax.eval_shape(model.init, jax.random.key(0), x)
@@ -313,8 +313,8 @@ def test_unmapped_names_of_a_model_outside_the_presets():
 
 
 def test_applying_a_preset_through_the_helpers_warns_about_unmapped_names():
-    from helpers.sharding import UnmappedLogicalNameWarning
-    from helpers.train import param_shardings
+    from helpers.placing.sharding import UnmappedLogicalNameWarning
+    from helpers.placing.train import param_shardings
 
     model, x = _ForeignModel.build(), jnp.ones((8, 16))
     mesh = make_mesh((8, 1), ("data", "model"))
@@ -328,8 +328,13 @@ def test_applying_a_preset_through_the_helpers_warns_about_unmapped_names():
 
 
 def test_the_series_models_use_only_names_every_preset_maps():
-    from helpers.models import ModelConfig, TransformerConfig, synthetic_batch, synthetic_tokens
-    from helpers.sharding import unmapped_logical_names
+    from helpers.placing.models import (
+        ModelConfig,
+        TransformerConfig,
+        synthetic_batch,
+        synthetic_tokens,
+    )
+    from helpers.placing.sharding import unmapped_logical_names
 
     cfg = TransformerConfig(n_layers=1, batch=2, seq=4)
     tokens, _ = synthetic_tokens(jax.random.key(0), cfg)
@@ -343,8 +348,13 @@ def test_the_series_models_use_only_names_every_preset_maps():
 
 
 def test_param_order_is_the_order_flax_creates_parameters():
-    from helpers.models import ModelConfig, TransformerConfig, synthetic_batch, synthetic_tokens
-    from helpers.sharding import param_order
+    from helpers.placing.models import (
+        ModelConfig,
+        TransformerConfig,
+        synthetic_batch,
+        synthetic_tokens,
+    )
+    from helpers.placing.sharding import param_order
 
     mcfg = ModelConfig(n_layers=2, batch=2)
     x, _ = synthetic_batch(jax.random.key(0), mcfg)

@@ -1,4 +1,4 @@
-"""Tests of helpers.trace: a real trace of DP and FSDP steps, read back; synthetic traces for
+"""Tests of helpers.measuring.trace: a real trace of DP and FSDP steps, read back; synthetic traces for
 the overlap arithmetic and the GPU layout; and every bad input the reader refuses.
 """
 
@@ -11,8 +11,8 @@ import json  # noqa: E402
 
 import pytest  # noqa: E402
 
-from helpers import trace as tr  # noqa: E402
-from helpers.profile import compare_strategies  # noqa: E402
+from helpers.measuring import trace as tr  # noqa: E402
+from helpers.measuring.profile import compare_strategies  # noqa: E402
 
 
 @pytest.fixture(scope="module")

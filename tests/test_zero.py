@@ -1,4 +1,4 @@
-"""Tests of helpers.zero: every ZeRO stage trains the model DP trains, and the compiled
+"""Tests of helpers.placing.zero: every ZeRO stage trains the model DP trains, and the compiled
 program shows the collective that defines each stage."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import optax
 import pytest
 
 from helpers import collective_stats, make_mesh, memory_per_device
-from helpers.models import ModelConfig, TransformerConfig
-from helpers.zero import ZERO_STAGES, init_zero, make_zero_train_step, zero_specs
+from helpers.placing.models import ModelConfig, TransformerConfig
+from helpers.placing.zero import ZERO_STAGES, init_zero, make_zero_train_step, zero_specs
 
 CFG = TransformerConfig(batch=16)
 

@@ -8,7 +8,7 @@ device of the stage that works in it.
 
 Both follow matplotlib's advice for plotting helpers: they take ``ax``/``axes`` (or make
 a figure), return what they drew on and never call ``plt.show()``. Nothing here runs a
-collective: the blocks come from ``helpers.collectives`` (``blocks_by_device`` reads them
+collective: the blocks come from ``helpers.parallelism.collectives`` (``blocks_by_device`` reads them
 off a real array, ``expected_blocks`` from the definition), the schedules from a run or
 from ``gpipe_schedule``.
 
@@ -28,15 +28,22 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from helpers.collectives import Block, bubble_fraction
-from helpers.draw import (
+from helpers.drawing.draw import (
     _axes_size_pt,
     _diagonal_stripes,
     _new_figure,
     _text_color,
     device_color,
 )
-from helpers.schedules import BACKWARD, FORWARD, IDLE, WEIGHT_GRAD, PipelineSchedule, in_flight
+from helpers.parallelism.collectives import Block, bubble_fraction
+from helpers.parallelism.schedules import (
+    BACKWARD,
+    FORWARD,
+    IDLE,
+    WEIGHT_GRAD,
+    PipelineSchedule,
+    in_flight,
+)
 
 __all__ = ["draw_collective", "draw_in_flight", "draw_pipeline_schedule"]
 
@@ -163,7 +170,7 @@ def draw_pipeline_schedule(
     Args:
       schedule: ``(stages, ticks)`` ints, the micro-batch each stage works on at each
         tick or ``-1`` when it idles (``gpipe_schedule``, or what a run recorded); or a
-        ``PipelineSchedule`` (``helpers.schedules``), drawn with forward cells solid,
+        ``PipelineSchedule`` (``helpers.parallelism.schedules``), drawn with forward cells solid,
         backward cells hatched, weight-gradient cells outlined, and, when a device holds
         several model chunks, the chunk as a letter after the micro-batch (``3b``).
       stage_devices: the device of each stage (default: stage ``s`` on device ``s``).
@@ -306,7 +313,7 @@ def draw_in_flight(
     schedule, one line per device in its colour.
 
     Args:
-      schedules: the schedules to compare (``helpers.schedules``), side by side.
+      schedules: the schedules to compare (``helpers.parallelism.schedules``), side by side.
       recorded: optional, per schedule, the ``(devices, ticks)`` counts a run recorded; they
         are drawn instead of the table's ``in_flight`` (and must have its shape).
       stage_devices: the device of each row (default: row ``d`` on device ``d``).

@@ -19,7 +19,7 @@ and checks them three ways; this module holds the parts that are not the lesson 
 - **HLO order.** ``hlo_op_sequence`` lists the matmuls and collectives of a compiled
   program in the order it runs them.
 
-Nothing here draws (``helpers.draw_comm`` does) or runs a collective itself.
+Nothing here draws (``helpers.drawing.draw_comm`` does) or runs a collective itself.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ block of a weight it holds and to its bar in the memory chart.
 The functions follow matplotlib's advice for plotting helpers: they take ``ax=None``,
 draw on the given Axes (or make a figure when there is none), return the Axes or Figure
 and never call ``plt.show()``. Nothing here computes a sharding: the layouts come from
-``helpers.sharding.shard_layout`` and the byte counts from
-``helpers.measure.planned_bytes_per_device``.
+``helpers.placing.sharding.shard_layout`` and the byte counts from
+``helpers.measuring.measure.planned_bytes_per_device``.
 
 Artists carry ``gid`` strings so that tests (and curious readers) can check what was
 drawn: mesh cells are ``"device:<id>"``; array blocks are
@@ -33,8 +33,14 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Polygon, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 
-from helpers.measure import format_bytes, planned_bytes_per_device
-from helpers.sharding import leaves_with_paths, shard_layout, shard_shape, sharding_of, spec_of
+from helpers.measuring.measure import format_bytes, planned_bytes_per_device
+from helpers.placing.sharding import (
+    leaves_with_paths,
+    shard_layout,
+    shard_shape,
+    sharding_of,
+    spec_of,
+)
 
 __all__ = [
     "device_color",
@@ -709,7 +715,7 @@ def _stem(key: str) -> tuple[str, int | None]:
 def _display_order(names: list[str], tree: Any, order: Sequence[str] | None) -> list[int]:
     """Indices of ``names`` (paths ``a/b/c``, in flatten order) in model order.
 
-    With ``order`` (paths in model order, from ``helpers.sharding.param_order``): by the
+    With ``order`` (paths in model order, from ``helpers.placing.sharding.param_order``): by the
     first entry that is the path, ends with it, or that it ends with (so a subtree such as
     ``{"block_0": ...}`` or a tree with a ``params/`` prefix still matches). Otherwise,
     and for paths ``order`` lacks: siblings keep the order of ``tree``'s dicts, and
@@ -920,7 +926,7 @@ def draw_param_shardings(
       tree: a pytree of placed ``jax.Array`` s, or of ``jax.ShapeDtypeStruct`` s with
         shardings (an abstract tree, nothing allocated).
       title: the figure's title; defaults to the array count and total size.
-      order: parameter paths in model order, e.g. ``helpers.sharding.param_order(model,
+      order: parameter paths in model order, e.g. ``helpers.placing.sharding.param_order(model,
         x)``. Without it, panels follow the order of ``tree``'s dicts (Flax's creation
         order, if the tree comes straight from ``init``; sorted keys once it has been
         through ``jax.tree.map`` or ``jit``), with numbered names in number order
@@ -938,7 +944,7 @@ def draw_param_shardings(
     with the parameter's path (in a fold, the fold's label stands for the layer:
     ``block_0..3/mlp/up/kernel``). Each block is coloured by its device (``device_color``).
     The bar chart on the right sums every array of ``tree``, folded ones included, from
-    ``helpers.measure.planned_bytes_per_device``, each bar in its device's colour, and
+    ``helpers.measuring.measure.planned_bytes_per_device``, each bar in its device's colour, and
     its title says so.
 
     Returns:

@@ -36,8 +36,8 @@ from typing import Any
 
 import jax
 
-from helpers.measure import format_bytes
-from helpers.sharding import path_str
+from helpers.measuring.measure import format_bytes
+from helpers.placing.sharding import path_str
 
 __all__ = [
     "SavedArray",
@@ -357,7 +357,8 @@ def failing_writes(
     """
     if error is None:
         error = OSError(
-            errno.ENOSPC, "No space left on device (injected by helpers.checkpoint.failing_writes)"
+            errno.ENOSPC,
+            "No space left on device (injected by helpers.cluster.checkpoint.failing_writes)",
         )
     failed: Future = Future()
     failed.set_exception(error)

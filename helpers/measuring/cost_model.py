@@ -1,6 +1,6 @@
 """The cost model: what a training step should cost on N GPUs, from formulas alone.
 
-``helpers.profile`` measures a step; this module predicts one, so that a notebook can set
+``helpers.measuring.profile`` measures a step; this module predicts one, so that a notebook can set
 the two side by side. It holds the hardware figures (dense bf16 peaks, link bandwidths),
 the FLOPs per token, the bytes each device sends, the time they take, and where a step
 stops being compute-bound (its *knee*). It is plain arithmetic: no jax, no plotting.
@@ -261,7 +261,7 @@ class Phases(NamedTuple):
 
 
 class SizedModel(Protocol):
-    """What the cost model reads from a model config (``helpers.models.ModelConfig`` and
+    """What the cost model reads from a model config (``helpers.placing.models.ModelConfig`` and
     ``TransformerConfig`` have it)."""
 
     batch: int

@@ -31,9 +31,9 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from helpers import compat
-from helpers.models import cross_entropy
-from helpers.sharding import FSDPShardsNothingWarning, check_spec, fsdp_specs
-from helpers.train import (
+from helpers.placing.models import cross_entropy
+from helpers.placing.sharding import FSDPShardsNothingWarning, check_spec, fsdp_specs
+from helpers.placing.train import (
     ShardedState,
     init_opt_state,
     init_sharded,

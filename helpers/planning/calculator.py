@@ -17,7 +17,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from helpers.plan import HARDWARE, NAMED_MODELS, Plan, PlanError, format_plan, plan_model
+from helpers.planning.plan import HARDWARE, NAMED_MODELS, Plan, PlanError, format_plan, plan_model
 
 PARTS = ("params", "grads", "optimizer", "activations")
 PART_COLORS = {"params": "#4C72B0", "grads": "#DD8452", "optimizer": "#55A868", "activations": "#8172B3"}  # fmt: skip
@@ -37,7 +37,9 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
     """
     plans = list(plans)
     if not plans or not all(isinstance(p, Plan) for p in plans):
-        raise ValueError("draw_plans: plans must be a non-empty sequence of helpers.plan.Plan.")
+        raise ValueError(
+            "draw_plans: plans must be a non-empty sequence of helpers.planning.plan.Plan."
+        )
     fig, ax = plt.subplots(figsize=(8, 0.55 * len(plans) + 2.0), layout="constrained")
     for row, p in enumerate(plans):
         left = 0.0

@@ -21,7 +21,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from helpers.draw import _new_figure, _text_color, device_color
+from helpers.drawing.draw import _new_figure, _text_color, device_color
 
 __all__ = ["draw_routing"]
 

@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from helpers.context import _check_layout, causal_block_work
-from helpers.draw import _axes_size_pt, _new_figure, _text_color, device_color
+from helpers.drawing.draw import _axes_size_pt, _new_figure, _text_color, device_color
+from helpers.parallelism.context import _check_layout, causal_block_work
 
 __all__ = ["draw_causal_work"]
 

@@ -1,8 +1,8 @@
 """The profile's figures: what a run measured, what its trace shows, what the cost model projects.
 
-``plot_results`` draws ``helpers.profile.compare_strategies``'s results (every timed step,
-and memory per device); ``plot_trace_timeline`` draws a ``helpers.trace`` reading (each
-device's ops in one traced step); ``plot_projection`` draws ``helpers.cost_model``'s
+``plot_results`` draws ``helpers.measuring.profile.compare_strategies``'s results (every timed step,
+and memory per device); ``plot_trace_timeline`` draws a ``helpers.measuring.trace`` reading (each
+device's ops in one traced step); ``plot_projection`` draws ``helpers.measuring.cost_model``'s
 projected step time against tokens per device, and ``plot_knee_by_devices`` its knee
 against the number of GPUs, across the node boundary. Each takes an ``ax``/``axes`` to draw on and returns what
 it drew; matplotlib is imported inside them, so importing this module does not need it.
@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from helpers import cost_model as cm
-from helpers.results import StrategyResult, spread
-from helpers.trace import Span, exposed_spans
+from helpers.measuring import cost_model as cm
+from helpers.measuring.results import StrategyResult, spread
+from helpers.measuring.trace import Span, exposed_spans
 
 
 def _plot_step_times(
@@ -270,7 +270,7 @@ def plot_trace_timeline(
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from helpers.draw import device_color
+    from helpers.drawing.draw import device_color
 
     if not traces or any(not spans for spans in traces.values()):
         raise ValueError("plot_trace_timeline: traces must map each strategy to >= 1 span.")

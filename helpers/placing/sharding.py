@@ -337,7 +337,7 @@ def fsdp_specs(
 # Logical-axis rule presets for Flax's nn.with_partitioning / nn.logical_axis_rules
 # ---------------------------------------------------------------------------
 
-# The logical names the presets know: those of helpers.models and the conventional ones
+# The logical names the presets know: those of helpers.placing.models and the conventional ones
 # of Transformer codebases (T5X's docs/usage/partitioning.md lists them; Flax's
 # examples/lm1b and MaxText use them too):
 #   activations:  "batch", "length" (tokens of a sequence; MLPStack calls it "seq")
@@ -488,7 +488,7 @@ def warn_unmapped_logical_names(
 ) -> dict[str, tuple[str, ...]]:
     """``unmapped_logical_names``, plus an ``UnmappedLogicalNameWarning`` when any are found.
 
-    The series' helpers that apply rules (``helpers.train.param_shardings``) call this,
+    The series' helpers that apply rules (``helpers.placing.train.param_shardings``) call this,
     so that a name the rules do not know is reported instead of silently replicated.
     """
     unmapped = unmapped_logical_names(tree, rules)

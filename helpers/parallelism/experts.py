@@ -15,7 +15,7 @@ Flax layer share live here, with tests:
   experts' buffers, ``all_to_all`` to the experts' devices, the experts, ``all_to_all``
   back, combine.
 - ``MoESpec`` and ``MoEMLP``: the MoE MLP as a Linen module with logical names
-  (``expert``, ``embed``, ``mlp``), which ``helpers.models.TransformerLM`` uses when
+  (``expert``, ``embed``, ``mlp``), which ``helpers.placing.models.TransformerLM`` uses when
   given a ``MoESpec``. When the logical-axis rules map ``expert`` to a mesh axis, it runs
   ``expert_parallel_mlp`` in ``jax.shard_map`` over the current mesh.
 """

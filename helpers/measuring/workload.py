@@ -1,6 +1,6 @@
 """What the profile trains: the models' presets, sized for a mesh.
 
-``helpers.profile`` measures; this module says *what* it measures. ``workload_for`` is
+``helpers.measuring.profile`` measures; this module says *what* it measures. ``workload_for`` is
 the one place that maps a model choice (``"mlp"``: the ``MLPStack`` of notebooks 03-06;
 ``"transformer"``: the ``TransformerLM`` of notebook 08) and a preset (``tiny``,
 ``gpu_small``, ``gpu``, or a config of your own) to the module, the batch it is fed and
@@ -9,7 +9,7 @@ splits them over divides them, so that any device count from 1 to 8 runs;
 ``degenerate`` says why a strategy on a mesh would not be itself (``tp`` on (N, 1)).
 A new model family adds its presets and the branches of ``Workload``.
 
-Every name here is also importable from ``helpers.profile``.
+Every name here is also importable from ``helpers.measuring.profile``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from helpers.devices import mesh_shape_for
-from helpers.models import (
+from helpers.placing.devices import mesh_shape_for
+from helpers.placing.models import (
     MLPStack,
     ModelConfig,
     TransformerConfig,
@@ -34,7 +34,7 @@ from helpers.models import (
     synthetic_batch,
     synthetic_tokens,
 )
-from helpers.sharding import STRATEGY_AXES, logical_rules
+from helpers.placing.sharding import STRATEGY_AXES, logical_rules
 
 P = PartitionSpec
 #: The profile's mesh axes: ("data", "model").
@@ -216,7 +216,7 @@ def config_from_dict(d: dict[str, Any], model: str = "mlp") -> ModelConfig | Tra
 # The workload: a model choice, sized for a mesh
 # ---------------------------------------------------------------------------
 
-# Each model's logical axis names (helpers.models) and the config width each one is. No
+# Each model's logical axis names (helpers.placing.models) and the config width each one is. No
 # preset splits the Transformer's "kv" (head_dim) or "layers"; tp_sp splits the
 # activations' "length", which need not divide (XLA pads an uneven activation split).
 _LOGICAL_WIDTHS: dict[str, dict[str, str]] = {

@@ -1,9 +1,9 @@
-"""What ``helpers.profile`` measures for one strategy, and the numbers read off it.
+"""What ``helpers.measuring.profile`` measures for one strategy, and the numbers read off it.
 
-This module sits below both ``helpers.profile`` (which fills a ``StrategyResult``) and
-``helpers.draw_profile`` (which plots them), so that neither imports the other's module
+This module sits below both ``helpers.measuring.profile`` (which fills a ``StrategyResult``) and
+``helpers.drawing.draw_profile`` (which plots them), so that neither imports the other's module
 for it: the helpers' import graph has no cycle (``tests/test_import_graph.py``). It needs
-no jax. ``helpers.profile`` re-exports every name, so ``from helpers.profile import
+no jax. ``helpers.measuring.profile`` re-exports every name, so ``from helpers.measuring.profile import
 StrategyResult`` keeps working.
 """
 

@@ -1,7 +1,7 @@
 """One sharded training step, built the way notebooks 02 and 03 teach it inline.
 
 Notebooks 02-03 write these pieces out once, line by line; notebooks 04-06, the
-multi-process script and ``helpers.profile`` import them from here so that they all
+multi-process script and ``helpers.measuring.profile`` import them from here so that they all
 train exactly the same thing. There is no training *loop* here: loops stay in the
 notebooks, where the learner can see them.
 """
@@ -19,8 +19,8 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from helpers import compat
-from helpers.models import cross_entropy
-from helpers.sharding import (
+from helpers.placing.models import cross_entropy
+from helpers.placing.sharding import (
     _axes_of,
     check_spec,
     leaves_with_paths,
@@ -52,7 +52,7 @@ def param_shardings(
     (Flax would leave that dimension whole without a word). Every resulting spec is checked against its parameter's shape first
     (``check_spec``), so a parameter that cannot be placed fails here, naming the
     parameter, its shape, its logical axes and the mesh axis, instead of with JAX's
-    error (which names only a shape) when it is placed. ``init_sharded`` and ``helpers.profile``
+    error (which names only a shape) when it is placed. ``init_sharded`` and ``helpers.measuring.profile``
     place parameters only through this function.
 
     Raises:
@@ -143,7 +143,7 @@ def _explain_flax_error(err: ValueError) -> None:
         "the mesh does not fit it. The usual cause: nn.DenseGeneral draws its kernel flat "
         "(2-D) and reshapes it afterwards, so nn.with_logical_partitioning with one name per "
         "final dimension meets the flat array (google/flax#3676; notebook 08, section 6.3). "
-        "Draw the kernel in its final shape inside the initialiser (as helpers.models does), "
+        "Draw the kernel in its final shape inside the initialiser (as helpers.placing.models does), "
         "or give the initialiser one name per dimension of the array it draws."
     ) from None
 

@@ -4,7 +4,7 @@
 connections (the feed-forward half of a transformer layer), followed by a
 classification head. Every parameter carries *logical* axis names through
 ``nn.with_logical_partitioning``, so one model definition can be laid out as DP, FSDP, TP or
-hybrid by changing only the rules (see ``helpers.sharding.LOGICAL_RULES``):
+hybrid by changing only the rules (see ``helpers.placing.sharding.LOGICAL_RULES``):
 
   ``embed``     the model width d_model (kernel rows of the up-projection, ...)
   ``mlp``       the hidden width d_ff (split by tensor parallelism)
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from helpers.experts import MoEMLP, MoESpec
+from helpers.parallelism.experts import MoEMLP, MoESpec
 
 _kernel_init = nn.initializers.lecun_normal()
 _zeros = nn.initializers.zeros_init()
@@ -306,8 +306,8 @@ class TransformerMLP(nn.Module):
 class DecoderBlock(nn.Module):
     """``x + attn(norm(x))``, then ``x + mlp(norm(x))``: one pre-LayerNorm decoder layer.
 
-    With ``moe`` (a ``helpers.experts.MoESpec``) the MLP is a mixture of experts
-    (``helpers.experts.MoEMLP``, still named ``mlp``); without it, ``TransformerMLP``.
+    With ``moe`` (a ``helpers.parallelism.experts.MoESpec``) the MLP is a mixture of experts
+    (``helpers.parallelism.experts.MoEMLP``, still named ``mlp``); without it, ``TransformerMLP``.
     """
 
     n_heads: int
@@ -358,7 +358,7 @@ class TransformerLM(nn.Module):
     mesh axis divides it. The logits of the padding ids are masked to -1e9, so the model
     never predicts them and the loss is that of the unpadded vocabulary. With
     ``remat=True`` every block is wrapped in ``nn.remat``: its activations are recomputed
-    in the backward pass instead of kept. With ``moe`` (a ``helpers.experts.MoESpec``)
+    in the backward pass instead of kept. With ``moe`` (a ``helpers.parallelism.experts.MoESpec``)
     every block's MLP is a mixture of experts; without it (the default) the model is
     unchanged.
 

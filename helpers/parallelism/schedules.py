@@ -1,6 +1,6 @@
 """Pipeline schedules beyond GPipe: tick tables for GPipe, 1F1B, interleaved, zero-bubble, DualPipe.
 
-Notebook 07 measures GPipe's forward schedule (``helpers.collectives.gpipe_schedule``);
+Notebook 07 measures GPipe's forward schedule (``helpers.parallelism.collectives.gpipe_schedule``);
 notebook 10 runs whole training steps, forward *and* backward, by a table:
 
 - **A schedule is a table.** ``PipelineSchedule`` says, for every device and tick, which
@@ -12,7 +12,7 @@ notebook 10 runs whole training steps, forward *and* backward, by a table:
   the same micro-batch, a backward for the next stage's backward. ``gpipe_table``,
   ``one_f_one_b_table``, ``interleaved_table``, ``zero_bubble_table`` and
   ``dualpipe_table`` only write the programs.
-- **What a table costs.** ``bubble_fraction`` (re-exported from ``helpers.collectives``,
+- **What a table costs.** ``bubble_fraction`` (re-exported from ``helpers.parallelism.collectives``,
   and now also reading a ``PipelineSchedule``), ``in_flight`` (how many micro-batches'
   activations each device holds after each tick), ``interleaved_bubble`` (the formula
   ``(S-1)/(v·M+S-1)``) and ``executor_tables``: the per-tick integer arrays a
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from helpers.collectives import bubble_fraction as _bubble_of_array
+from helpers.parallelism.collectives import bubble_fraction as _bubble_of_array
 
 __all__ = [
     "BACKWARD",
@@ -470,7 +470,7 @@ def _schedule(where: str, schedule: Any) -> PipelineSchedule:
 def bubble_fraction(schedule: Any) -> float:
     """The idle share of a schedule: idle (device, tick) cells over all cells.
 
-    Accepts a ``PipelineSchedule`` or, as ``helpers.collectives.bubble_fraction`` does, a
+    Accepts a ``PipelineSchedule`` or, as ``helpers.parallelism.collectives.bubble_fraction`` does, a
     2-D ``(stages, ticks)`` array with ``-1`` where a stage idles.
     """
     if isinstance(schedule, PipelineSchedule):

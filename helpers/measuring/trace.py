@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers.measure import COLLECTIVES
+from helpers.measuring.measure import COLLECTIVES
 
 __all__ = [
     "COLLECTIVE_OPCODES",
@@ -60,7 +60,7 @@ COLLECTIVE_OPCODES = (*COLLECTIVES, "ragged-all-to-all", "collective-broadcast")
 _COLLECTIVE = re.compile(r"^(" + "|".join(map(re.escape, COLLECTIVE_OPCODES)) + r")([.-]|$)")
 _DEVICE = re.compile(r"/device:[A-Za-z_]+:(\d+)")
 _HOW = (
-    "Capture one with helpers.profile.compare_strategies(..., trace_dir=DIR) or "
+    "Capture one with helpers.measuring.profile.compare_strategies(..., trace_dir=DIR) or "
     "jax.profiler.trace(DIR, create_perfetto_trace=True)."
 )
 

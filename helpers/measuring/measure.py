@@ -14,7 +14,7 @@ from typing import Any
 
 import jax
 
-from helpers.sharding import leaves_with_paths, shard_shape, sharding_of, spec_of
+from helpers.placing.sharding import leaves_with_paths, shard_shape, sharding_of, spec_of
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
