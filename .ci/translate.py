@@ -544,7 +544,7 @@ def structure(entry: Entry, msgstr: str) -> list[str]:
         found.append(f"code spans dropped or changed: {', '.join(sorted(missing))[:80]}")
     lines = msgstr.split("\n")
     if len(lines) > 1 and not all(
-        _ITEM.match(x) or x.startswith(("|", ">", "  ")) for x in lines[1:]
+        _ITEM.match(x) or _MARKER.match(x) or x.startswith(("|", ">", "  ")) for x in lines[1:]
     ):
         found.append("a line break inside a paragraph (it renders as a space)")
     return found
