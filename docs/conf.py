@@ -137,8 +137,23 @@ def _launch_buttons(app, doctree: nodes.document, docname: str) -> None:
         ref.replace_self(nodes.raw("", button, format="html"))
 
 
+def _chinese_search_stemmer(app, exception) -> None:
+    """Sphinx 9.0's Chinese search script names a ``ChineseStemmer`` it does not ship, so the
+    search page of the Chinese site fails with "ChineseStemmer is not defined"
+    (sphinx-doc/sphinx#14229). Chinese search stems Latin words with the English stemmer,
+    which the script does define; point it there, as Sphinx's fix (sphinx-doc/sphinx#14416,
+    not yet released) does."""
+    if exception is not None or not _chinese(app):
+        return
+    script = Path(app.outdir) / "_static" / "language_data.js"
+    text = script.read_text() if script.exists() else ""
+    if "= ChineseStemmer" in text and "EnglishStemmer" in text:
+        script.write_text(text.replace("= ChineseStemmer", "= EnglishStemmer"))
+
+
 def setup(app):
     app.connect("config-inited", _chinese_site)
+    app.connect("build-finished", _chinese_search_stemmer)
     app.connect("doctree-resolved", _launch_buttons)
     app.connect("doctree-resolved", _language_switch)
     return {"parallel_read_safe": True}

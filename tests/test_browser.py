@@ -313,6 +313,11 @@ def test_built_site_in_a_browser(tmp_path, request):
         results.first.wait_for(timeout=30_000)
         hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
         assert any("notebooks/" in (h or "") for h in hrefs), f"search found no notebook: {hrefs}"
+        page.goto(base + "zh/search.html?q=PartitionSpec")  # the Chinese site's search works too
+        results = page.locator("#search-results li a")
+        results.first.wait_for(timeout=30_000)
+        hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
+        assert any("notebooks/" in (h or "") for h in hrefs), f"zh search found nothing: {hrefs}"
 
         page.goto(f"{base}notebooks/{SITE_TEST_SCREENSHOT}.html")
         shot = tmp_path / f"site-{SITE_TEST_SCREENSHOT}.png"
