@@ -113,6 +113,7 @@ def site_links(text: str, folder: str, pages: set[str], stage: Path) -> str:
 
 
 ZH_CAPTIONS = ("Notebook", "参考")
+LANGUAGE_LINES = {"**English** · [中文](README.zh.md)", "[English](README.md) · **中文**"}
 
 
 def landing_page(
@@ -123,6 +124,9 @@ def landing_page(
 ) -> str:
     """The README, its links fit for the site, and the site's table of contents."""
     pages = {f"notebooks/{p.name}" for p in notebooks} | set(PAGES)
+    # The READMEs' first lines link each other; every page of the site has its own switch.
+    readme = "".join(line for line in readme.splitlines(keepends=True)
+                     if line.strip() not in LANGUAGE_LINES)  # fmt: skip
     toc = "\n".join(f"notebooks/{p.stem}" for p in notebooks)
     ref = "\n".join(p.removesuffix(".md") for p in PAGES)
     return (
