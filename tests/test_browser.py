@@ -253,7 +253,9 @@ def test_built_site_in_a_browser(tmp_path, request):
         assert page.title().startswith("Flax models across many devices"), page.title()
         assert [label for label, _ in landing["buttons"]] == ["Open in Colab", "Launch on Binder"]
         assert not landing["broken"], f"index.html: images that did not load: {landing['broken']}"
-        assert "English · 中文" not in landing["text"], "the README's language line, beside the switch"
+        assert "English · 中文" not in landing["text"], (
+            "the README's language line, beside the switch"
+        )
         for path in NOTEBOOKS:
             url = f"{base}notebooks/{path.stem}.html"
             assert url in landing["links"], f"the landing page does not link {path.stem}"
