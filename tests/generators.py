@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -27,6 +28,18 @@ DTYPES = (jnp.float32, jnp.bfloat16, jnp.int32)
 DIMS = st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 15, 16, 24])
 
 dtypes = st.sampled_from(DTYPES)
+
+
+def drawing_settings(max_examples: int) -> Any:
+    """Settings for a property test that draws figures: no deadline, every health check
+    suppressed, and no shrink phase (shrinking a figure takes minutes: a failure is
+    reported as drawn)."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    )
 
 
 def shapes(min_rank: int = 0, max_rank: int = 4) -> st.SearchStrategy[tuple[int, ...]]:

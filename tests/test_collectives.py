@@ -169,6 +169,16 @@ def test_hlo_op_sequence_orders_dots_and_permutes(mesh):
         hlo_op_sequence("not HLO")
 
 
+@pytest.mark.parametrize("bad", [3, None, ["HloModule"]])
+def test_hlo_op_sequence_refuses_a_wrong_type_naming_the_parameter(bad):
+    with pytest.raises(
+        TypeError, match=r"hlo_op_sequence: compiled=.* expected a compiled executable"
+    ):
+        hlo_op_sequence(bad)
+    with pytest.raises(TypeError, match=r"hlo_op_sequence: include='dot' is a string"):
+        hlo_op_sequence("ENTRY", include="dot")
+
+
 def test_compat_pvary_gives_each_device_its_own_gradient(mesh):
     from helpers.compat import pvary
 

@@ -17,8 +17,8 @@ import jax
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
-from generators import fitting_specs, meshes
-from hypothesis import HealthCheck, Phase, given, settings
+from generators import drawing_settings, fitting_specs, meshes
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 from matplotlib.figure import Figure
@@ -133,12 +133,7 @@ def learner_trees(draw: Any, mesh: Any) -> dict[str, Any]:
 
 
 # Shrinking a figure takes minutes: a failure is reported as drawn.
-_SETTINGS = settings(
-    max_examples=12,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-)
+_SETTINGS = drawing_settings(max_examples=12)
 
 
 @_SETTINGS

@@ -13,8 +13,8 @@ import jax
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
-from generators import any_specs, meshes, shapes, spec_fits
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from generators import any_specs, drawing_settings, meshes, shapes, spec_fits
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 
@@ -52,12 +52,7 @@ def _forms(shape, sharding):
     return {"abstract": abstract, "pair": (shape, sharding)}
 
 
-_SETTINGS = settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-)
+_SETTINGS = drawing_settings(max_examples=40)
 
 
 @_SETTINGS

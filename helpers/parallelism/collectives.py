@@ -314,7 +314,22 @@ def hlo_op_sequence(compiled: Any, include: Sequence[str] = ("dot",)) -> list[st
 
     A fusion counts as ``"dot"`` when its fused computation holds one, as XLA's CPU backend
     wraps every matmul in a fusion. Accepts the compiled object or its ``as_text()``.
+
+    Raises:
+      TypeError: ``compiled`` is neither a string nor has ``as_text()`` (``jit(f).lower(...)
+        .compile()`` does), or ``include`` is a string instead of a sequence of op names.
+      ValueError: the text holds no HLO entry computation.
     """
+    if not isinstance(compiled, str) and not callable(getattr(compiled, "as_text", None)):
+        raise TypeError(
+            f"hlo_op_sequence: compiled={compiled!r} is a {type(compiled).__name__}; expected a "
+            "compiled executable (jax.jit(f).lower(...).compile()) or its as_text() string."
+        )
+    if isinstance(include, str):
+        raise TypeError(
+            f"hlo_op_sequence: include={include!r} is a string; pass a sequence of op names, "
+            f"such as ({include!r},)."
+        )
     text = compiled if isinstance(compiled, str) else compiled.as_text()
     if not isinstance(text, str) or "ENTRY" not in text:
         raise ValueError("hlo_op_sequence: expected a compiled executable or its HLO text.")

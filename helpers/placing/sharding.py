@@ -413,7 +413,8 @@ def logical_rules(strategy: str) -> tuple[tuple[str, Any], ...]:
 
 
 class UnmappedLogicalNameWarning(UserWarning):
-    """A model uses logical axis names that no rule maps: Flax leaves those dimensions whole."""
+    """A model uses logical axis names that no rule maps, or whose every rule names a mesh axis
+    another dimension of the same parameter took first: Flax leaves those dimensions whole."""
 
 
 def _rule_names(rules: str | Sequence[tuple[str, Any]]) -> set[str]:

@@ -9,6 +9,7 @@ notebooks, where the learner can see them.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,15 +17,17 @@ from typing import Any
 import flax.linen as nn
 import jax
 import optax
+from flax.errors import PartitioningUnspecifiedError
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from helpers import compat
 from helpers.placing.models import cross_entropy
 from helpers.placing.sharding import (
+    UnmappedLogicalNameWarning,
     _axes_of,
     check_spec,
-    leaves_with_paths,
     logical_rules,
+    path_str,
     warn_unmapped_logical_names,
 )
 
@@ -46,46 +49,181 @@ def param_shardings(
 ) -> Any:
     """The ``NamedSharding`` of every parameter of ``model`` under logical-axis ``rules``.
 
-    Nothing is allocated: ``jax.eval_shape`` gives the boxed abstract parameters,
-    ``nn.get_partition_spec`` reads their logical names, and the rules map them to
-    mesh axes. A logical name that no rule maps raises an ``UnmappedLogicalNameWarning``
-    (Flax would leave that dimension whole without a word). Every resulting spec is checked against its parameter's shape first
-    (``check_spec``), so a parameter that cannot be placed fails here, naming the
-    parameter, its shape, its logical axes and the mesh axis, instead of with JAX's
-    error (which names only a shape) when it is placed. ``init_sharded`` and ``helpers.measuring.profile``
-    place parameters only through this function.
+    Nothing is allocated: ``jax.eval_shape`` gives the boxed abstract parameters, and
+    the rules map each parameter's logical names (``nn.with_logical_partitioning``) to
+    mesh axes. A parameter boxed by ``nn.with_partitioning`` names mesh axes directly and
+    keeps them: no rule applies to it, as none does when Flax initialises it under the
+    mesh. A logical name that no rule maps, or whose every rule names a mesh axis another
+    dimension of the same parameter took first (Flax's rules are a priority list,
+    google/flax#1703), raises an ``UnmappedLogicalNameWarning``: Flax would leave that
+    dimension whole without a word. Every resulting spec is checked against its
+    parameter's shape first (``check_spec``), so a parameter that cannot be placed fails
+    here, naming the parameter, its shape, its axes and the fix, instead of with JAX's
+    error (which names only a shape) when it is placed. ``init_sharded`` and
+    ``helpers.measuring.profile`` place parameters only through this function.
 
     Raises:
-      ValueError: a rule maps a dimension to a mesh axis that does not divide it, or to
-        an axis the mesh does not have.
+      ValueError: a parameter has fewer or more logical names than dimensions, or one
+        name twice; ``nn.scan`` / ``nn.vmap`` stacked a named parameter without
+        ``metadata_params={nn.PARTITION_NAME: ...}``; a spec maps a dimension to a mesh
+        axis that does not divide it, or to an axis the mesh does not have.
     """
     rules = logical_rules(rules) if isinstance(rules, str) else rules
-    abstract = jax.eval_shape(model.init, jax.random.key(0), x)
-    logical = nn.get_partition_spec(abstract)["params"]
-    warn_unmapped_logical_names(logical, rules, where="param_shardings")
-    specs = nn.logical_to_mesh(logical, rules)
-    is_spec = lambda s: isinstance(s, PartitionSpec)  # noqa: E731
-    for (name, sds), names, spec in zip(
-        leaves_with_paths(nn.meta.unbox(abstract)["params"], "param_shardings"),
-        jax.tree.leaves(logical, is_leaf=is_spec),
-        jax.tree.leaves(specs, is_leaf=is_spec),
-        strict=True,
-    ):
+    boxed = _abstract_params(model, x)
+    warn_unmapped_logical_names(_logical_only(boxed), rules, where="param_shardings")
+    flat, treedef = jax.tree_util.tree_flatten_with_path(boxed, is_leaf=_is_box)
+    specs = [_checked_spec(path_str(path), leaf, rules, mesh) for path, leaf in flat]
+    _warn_taken_axes(flat, specs, rules)
+    return jax.tree.unflatten(treedef, [NamedSharding(mesh, s) for s in specs])
+
+
+def _is_box(leaf: Any) -> bool:
+    return isinstance(leaf, nn.Partitioned)
+
+
+def _logical_only(boxed: Any) -> Any:
+    """``boxed`` with ``nn.with_partitioning``'s boxes (mesh axes, not logical names) unboxed."""
+    return jax.tree.map(
+        lambda b: b if not _is_box(b) or isinstance(b, nn.LogicallyPartitioned) else b.value,
+        boxed,
+        is_leaf=_is_box,
+    )
+
+
+def _abstract_params(model: nn.Module, x: Any) -> Any:
+    """``model``'s boxed abstract parameters; a layer stacked by ``nn.scan`` / ``nn.vmap``
+    without a name for its new axis gets the series' explanation, not Flax's."""
+    try:
+        return jax.eval_shape(model.init, jax.random.key(0), x)["params"]
+    except PartitioningUnspecifiedError as err:
+        found = re.search(r"\[([0-9,]*)\].*?names=(\([^)]*\))", str(err))
+        box = (
+            f"logical names {found.group(2)} on an array of shape ({found.group(1)})"
+            if found
+            else "logical names"
+        )
+        where = _caller_of_failed_transform(model, x)
+    raise ValueError(
+        f"param_shardings: a parameter stacked by nn.scan or nn.vmap (called in {where}) "
+        f"carries {box}, but the transform was given no name for the axis it adds. Flax cannot tell which logical name the stacked (layers) dimension has. "
+        "Pass metadata_params={nn.PARTITION_NAME: 'layers'} to nn.scan / nn.vmap, and give "
+        "'layers' a rule (None keeps it whole); see flax.errors.PartitioningUnspecifiedError."
+    ) from None
+
+
+def _caller_of_failed_transform(model: nn.Module, x: Any) -> str:
+    """The path of the innermost module whose call raised Flax's PartitioningUnspecifiedError."""
+    seen: list[str] = []
+
+    def record(next_fun: Any, args: Any, kwargs: Any, context: Any) -> Any:
         try:
-            check_spec(tuple(sds.shape), spec, mesh, name)
-        except ValueError as err:
-            missing = [a for e in spec for a in _axes_of(e) if a not in mesh.shape]
-            fix = (
-                f"build the mesh with axis '{missing[0]}' (helpers.STRATEGY_AXES lists the axes "
-                "each preset needs)"
-                if missing
-                else "choose sizes that the mesh axis divides, or map that logical axis to None"
-            )
-            raise ValueError(
-                f"param_shardings: {err} Its logical axes {tuple(names)} map to "
-                f"PartitionSpec{tuple(spec)} under these rules: {fix}."
-            ) from None
-    return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=is_spec)
+            return next_fun(*args, **kwargs)
+        except PartitioningUnspecifiedError:
+            if not seen:
+                path = "/".join(context.module.path)
+                seen.append(f"module '{path}'" if path else "the model's top module")
+            raise
+
+    try:
+        with nn.intercept_methods(record):
+            jax.eval_shape(model.init, jax.random.key(0), x)
+    except PartitioningUnspecifiedError:
+        pass
+    return seen[0] if seen else "the model"
+
+
+def _checked_spec(name: str, leaf: Any, rules: Any, mesh: Mesh) -> PartitionSpec:
+    """The mesh ``PartitionSpec`` of one boxed abstract parameter, checked against its shape."""
+    if not _is_box(leaf):  # no names: replicated
+        return P()
+    shape, names = tuple(leaf.value.shape), tuple(leaf.names)
+    logical = isinstance(leaf, nn.LogicallyPartitioned)
+    if logical:
+        _check_names(name, shape, names)
+        spec = nn.logical_to_mesh_axes(names, rules)
+        how = f"Its logical axes {names} map to PartitionSpec{tuple(spec)} under these rules"
+    else:
+        spec = P(*names)
+        how = "nn.with_partitioning names these mesh axes directly (no rule applies to them)"
+    try:
+        check_spec(shape, spec, mesh, name)
+    except ValueError as err:
+        raise ValueError(
+            f"param_shardings: {err} {how}: {_fix_for(spec, shape, mesh, logical)}."
+        ) from None
+    return spec
+
+
+def _fix_for(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh, logical: bool) -> str:
+    """The fix for a spec that ``check_spec`` refused."""
+    axes = [a for e in spec for a in _axes_of(e)]
+    missing = [a for a in axes if a not in mesh.shape]
+    if missing:
+        if not logical:
+            return f"build the mesh with axis '{missing[0]}', or name only axes the mesh has"
+        return f"build the mesh with axis '{missing[0]}' (helpers.STRATEGY_AXES lists the axes each preset needs)"
+    if len(spec) > len(shape):
+        return "give one mesh axis (or None) per dimension"
+    if len(set(axes)) < len(axes):
+        return "name each mesh axis at most once"
+    return "choose sizes that the mesh axis divides, or " + (
+        "map that logical axis to None" if logical else "put None for that dimension"
+    )
+
+
+def _check_names(name: str, shape: tuple[int, ...], names: tuple[Any, ...]) -> None:
+    """One logical name per dimension, none twice: the traps Flax leaves to jax, or to silence."""
+    twice = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
+    if len(names) < len(shape):
+        raise ValueError(
+            f"param_shardings: '{name}' has shape {shape} ({len(shape)} dimensions), but "
+            f"nn.with_logical_partitioning gives it only {len(names)} logical name(s), "
+            f"{names}: Flax would leave the unnamed last dimension(s) whole on every device, "
+            "without a word. Give one name per dimension (None, or a name the rules map to "
+            "None, keeps a dimension whole on purpose)."
+        )
+    if len(names) > len(shape):
+        raise ValueError(
+            f"param_shardings: '{name}' has shape {shape} ({len(shape)} dimensions), but "
+            f"nn.with_logical_partitioning gives it {len(names)} logical names, {names}: "
+            "give one name per dimension of the array the initialiser draws (a 3-D "
+            "nn.DenseGeneral kernel: see google/flax#3676 and notebook 08, section 6.3)."
+        )
+    if twice:
+        raise ValueError(
+            f"param_shardings: '{name}' (shape {shape}) uses the logical name '{twice[0]}' "
+            f"twice, {names}; Flax refuses a name given to two dimensions of one array (a "
+            "square kernel, width to width, is the usual case). Give one of the two "
+            "dimensions a name of its own, and that name a rule (None keeps it whole)."
+        )
+
+
+def _warn_taken_axes(flat: list[tuple[Any, Any]], specs: list[PartitionSpec], rules: Any) -> None:
+    """Warn when a logical name that has a rule to a mesh axis ends up with none, because an
+    earlier dimension of the same parameter took that axis (google/flax#1703's priority)."""
+    first: dict[str, Any] = {}
+    for n, axes in rules:
+        first.setdefault(n, axes)  # Flax applies a name's first rule whose axis is free
+    mapped = {n for n, axes in first.items() if axes is not None}
+    lost: dict[str, list[str]] = {}
+    for (path, leaf), spec in zip(flat, specs, strict=True):
+        if isinstance(leaf, nn.LogicallyPartitioned):
+            for n, entry in zip(leaf.names, spec, strict=True):
+                if entry is None and n in mapped:
+                    lost.setdefault(n, []).append(path_str(path))
+    if lost:
+        lines = "\n".join(
+            f"'{n}' ({len(p)} parameter(s): {', '.join(p[:2])})" for n, p in lost.items()
+        )
+        warnings.warn(
+            "param_shardings: every rule for the logical name(s) "
+            f"{', '.join(map(repr, lost))} names a mesh axis that another dimension of the "
+            "same parameter took first (Flax's rules are a priority list, google/flax#1703), "
+            f"so Flax leaves those dimensions whole on every device:\n{lines}\nMap the two "
+            "names to different mesh axes, or one of them to None on purpose.",
+            UnmappedLogicalNameWarning,
+            stacklevel=3,
+        )
 
 
 def _check_batch(x: Any, labels: Any, mesh: Mesh, x_spec: Any, label_spec: Any) -> None:
