@@ -252,8 +252,12 @@ def test_the_long_path_of_a_command_runs_it_as_the_short_one_does(short, long):
     runs = [
         subprocess.run(
             [sys.executable, "-W", "error::RuntimeWarning", "-m", module, *argv],
-            capture_output=True, text=True, env=env, timeout=120, cwd=ROOT,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            cwd=ROOT,
+        )
         for module in (short, long)
         for argv in (["--help"], ["--no-such-flag"])
     ]
