@@ -234,3 +234,35 @@ def test_every_documented_command_runs_where_the_documentation_says():
         )  # fmt: skip
         assert run.returncode == 0, (module, run.stderr)
         assert run.stdout.startswith(f"usage: python -m {module} "), (module, run.stdout[:80])
+
+
+@pytest.mark.parametrize(
+    ("short", "long"),
+    [
+        ("helpers.profile", "helpers.measuring.profile"),
+        ("helpers.plan", "helpers.planning.plan"),
+        ("helpers.multiprocess", "helpers.cluster.multiprocess"),
+        ("helpers.allreduce_probe", "helpers.cluster.allreduce_probe"),
+    ],
+)
+def test_the_long_path_of_a_command_runs_it_as_the_short_one_does(short, long):
+    """``python -m helpers.measuring.profile`` is the same command as ``python -m
+    helpers.profile``, not a module that imports and exits 0 saying nothing."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-W", "error::RuntimeWarning", "-m", module, *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            cwd=ROOT,
+        )
+        for module in (short, long)
+        for argv in (["--help"], ["--no-such-flag"])
+    ]
+    short_help, short_bad, long_help, long_bad = runs
+    assert long_help.returncode == short_help.returncode == 0, long_help.stderr
+    assert long_help.stdout == short_help.stdout and long_help.stdout.startswith("usage: ")
+    assert long_bad.returncode == short_bad.returncode == 2
+    assert long_bad.stderr == short_bad.stderr != ""

@@ -268,3 +268,7 @@ def compare_nvshmem_flag(num_gpus: int = 2, **kwargs: Any) -> list[Variant]:
         launch_probe(num_gpus, extra_flags="", **kwargs),
         launch_probe(num_gpus, extra_flags=NVSHMEM_FLAG, **kwargs),
     ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

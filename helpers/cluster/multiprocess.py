@@ -414,3 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         draw_global_mesh(args.mesh_figure, run["mesh"])
     print(f"process {jax.process_index()} done", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

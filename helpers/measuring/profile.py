@@ -937,3 +937,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             plot_results(results).savefig(args.plot, dpi=120)
             print(f"wrote {args.plot}", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

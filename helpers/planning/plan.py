@@ -841,3 +841,7 @@ __all__ = [
     "plan_model",
     "spec_of_series_model",
 ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
