@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.metadata
 import importlib.util
 import mmap
 import os
@@ -44,6 +45,12 @@ __all__ = [
     "auto_mesh",
     "backend_started",
     "patient_cpu_collectives",
+    "avx512_deadlock_risk",
+    "cap_cpu_isa",
+    "cpu_backend_flags",
+    "cpu_description",
+    "cpu_flags",
+    "jaxlib_version",
     "cost_flops",
     "profiler_trace",
     "pvary",
@@ -137,6 +144,106 @@ def patient_cpu_collectives() -> str:
     if added:
         os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
     return os.environ.get("XLA_FLAGS", "")
+
+
+#: jaxlib versions whose XLA:CPU deadlocks in an all-reduce between simulated devices on
+#: CPUs with AVX-512, at device counts that are not powers of two: the series' issue 38,
+#: reproduced on an AMD EPYC (Zen 4, CPU family 25 model 17, ``avx512_bf16``) with jaxlib
+#: 0.8.0 and 0.8.1 (``python -m helpers.profile --devices 5`` and ``3`` hang; XLA repeats
+#: "This thread has been waiting for `all reduce RendezvousKey{...}`"), and passing there
+#: with ``--xla_cpu_max_isa=AVX2`` (0.8.0, 26 s) and with jaxlib 0.10.2 unchanged. An Intel
+#: Xeon with AVX-512 (Sapphire Rapids) did not hang with 0.8.0. No upstream issue was found
+#: that names it. The range is [first, last): 0.9.x to 0.10.1 were never tried on an
+#: affected CPU, so they are capped too; the cap changes only how fast the simulated
+#: devices compute, never what they compute.
+AVX512_DEADLOCK_JAXLIB = ("0.8.0", "0.10.2")
+#: The flag and value that avoid it: XLA:CPU generates code for AVX2 at most.
+CPU_ISA_CAP = ("xla_cpu_max_isa", "AVX2")
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) or "0"
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def jaxlib_version() -> str:
+    """The installed jaxlib's version string (without importing more of it)."""
+    try:
+        return importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a source build
+        import jaxlib.version
+
+        return jaxlib.version.__version__
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The instruction-set flags of this machine's CPU (``/proc/cpuinfo``'s ``flags`` line);
+    empty where there is no such file (macOS, Windows)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def cpu_description(cpuinfo: str | None = None) -> str:
+    """This CPU in one line: its model name and its AVX-512 flags (or "no AVX-512")."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    name = next(
+        (
+            line.partition(":")[2].strip()
+            for line in cpuinfo.splitlines()
+            if line.partition(":")[0].strip() == "model name"
+        ),
+        "unknown CPU",
+    )
+    avx512 = sorted(f for f in cpu_flags(cpuinfo) if f.startswith("avx512"))
+    return f"{name} ({', '.join(avx512) if avx512 else 'no AVX-512'})"
+
+
+def avx512_deadlock_risk(version: str | None = None, flags: set[str] | None = None) -> bool:
+    """Whether this jaxlib on this CPU is in the range ``AVX512_DEADLOCK_JAXLIB`` on a CPU
+    with AVX-512 (``avx512f``)."""
+    version = jaxlib_version() if version is None else version
+    flags = cpu_flags() if flags is None else flags
+    first, fixed = (_version_tuple(v) for v in AVX512_DEADLOCK_JAXLIB)
+    return "avx512f" in flags and first <= _version_tuple(version) < fixed
+
+
+def cap_cpu_isa() -> str:
+    """Add ``--xla_cpu_max_isa=AVX2`` to ``$XLA_FLAGS`` where ``avx512_deadlock_risk()``.
+
+    Only before JAX starts its CPU backend, only where this jaxlib defines the flag, and
+    never over yours: a ``--xla_cpu_max_isa`` already in ``$XLA_FLAGS`` is kept as it is.
+    Returns ``$XLA_FLAGS`` as it now stands.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    name, value = CPU_ISA_CAP
+    if f"--{name}=" not in flags and avx512_deadlock_risk() and xla_knows_flag(name):
+        os.environ["XLA_FLAGS"] = f"{flags} --{name}={value}".strip()
+    return os.environ.get("XLA_FLAGS", "")
+
+
+def cpu_backend_flags() -> str:
+    """The series' XLA:CPU settings, before the backend starts: patient collectives
+    (``patient_cpu_collectives``) and, on the jaxlib versions and CPUs that need it, the
+    AVX2 cap (``cap_cpu_isa``). Yours win. Returns ``$XLA_FLAGS``."""
+    patient_cpu_collectives()
+    return cap_cpu_isa()
 
 
 def auto_mesh(shape: tuple[int, ...], names: tuple[str, ...], devices: Any = None) -> Mesh:

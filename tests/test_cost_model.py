@@ -106,25 +106,56 @@ def test_the_forward_phase_is_a_third_of_what_xla_counts_for_a_transformer():
     assert forward / (tokens * 2 * cfg.matmul_params()) > 1.3  # parameters alone: wrong
 
 
-def test_units_per_strategy_phase_remat_and_backend():
+def test_units_per_strategy_phase_keep_gathered_and_backend():
     assert cm.comm_units("dp") == (0, 2)
-    assert cm.comm_units("dp", remat=True, reduce_scatter=False) == (0, 2)  # DP gathers nothing
-    assert cm.comm_units("fsdp") == (1, 1)  # gather once, reduce-scatter
-    assert cm.comm_units("fsdp", remat=True) == (1, 2)  # gathered again for the backward pass
-    assert cm.comm_units("fsdp", reduce_scatter=False) == (1, 2)  # XLA:CPU all-reduces
-    assert cm.comm_units("fsdp", remat=True, reduce_scatter=False).total == 4
+    assert cm.comm_units("dp", keep_gathered=True, reduce_scatter=False) == (
+        0,
+        2,
+    )  # nothing gathered
+    # Textbook FSDP (ZeRO-3): gathered, freed, gathered again, reduce-scattered: 3 units.
+    assert cm.comm_units("fsdp") == (1, 2)
+    assert cm.comm_units("fsdp").total == 1.5 * cm.comm_units("dp").total  # the ZeRO paper's 1.5x
+    assert cm.comm_units("fsdp", keep_gathered=True) == (1, 1)  # the copy kept: 2 units
+    assert cm.comm_units("fsdp", keep_gathered=True, reduce_scatter=False) == (1, 2)  # XLA:CPU
+    assert cm.comm_units("fsdp", reduce_scatter=False).total == 4
     assert cm.comm_units("fsdp_all") == cm.comm_units("fsdp")
+    with pytest.raises(TypeError):
+        cm.comm_units("fsdp", remat=True)  # remat changes FLOPs, not traffic
     with pytest.raises(ValueError, match="no cost model for strategy='tp'"):
         cm.comm_units("tp")
 
 
 def test_comm_bytes_and_time_are_units_of_a_ring_all_gather():
     assert cm.comm_bytes("dp", 1000, 4, bytes_per_param=2) == (0, 2 * 1000 * 2 * 0.75)
-    assert cm.comm_bytes("fsdp", 1000, 4, 2, remat=True) == (1500, 3000)
+    assert cm.comm_bytes("fsdp", 1000, 4, 2) == (1500, 3000)
+    assert cm.comm_bytes("fsdp", 1000, 4, 2, keep_gathered=True) == (1500, 1500)
     assert cm.comm_bytes("fsdp", 1000, 1).total == 0  # one device sends nothing
     assert cm.comm_bytes("fsdp", 1000, 4).total == 2 * cm.comm_bytes("fsdp", 1000, 4, 2).total
-    t = cm.comm_time("fsdp", 10**9, 8, 450e9, 2)
+    t = cm.comm_time("fsdp", 10**9, 8, 450e9, 2, keep_gathered=True)
     assert t.forward == pytest.approx(2e9 * 7 / 8 / 450e9) and t.backward == t.forward
+    assert cm.comm_time("fsdp", 10**9, 8, 450e9, 2).backward == pytest.approx(2 * t.forward)
+
+
+def test_the_cost_model_runs_without_numpy_on_plain_numbers():
+    """The planner imports the cost model in a bare Python (no numpy) and in Pyodide."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys, importlib.util; sys.modules['numpy'] = None\n"
+        "spec = importlib.util.spec_from_file_location('cm', 'helpers/measuring/cost_model.py')\n"
+        "cm = importlib.util.module_from_spec(spec); spec.loader.exec_module(cm)\n"
+        "net = cm.DGX_H100\n"
+        "print(cm.ring_time('all-gather', 1e9, 16, net), cm.comm_time('hsdp', 10**9, 64, net).total)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60,
+        env={"PYTHONPATH": str(root), "PATH": ""},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.split()) == 2
 
 
 def test_step_cost_overlaps_within_each_phase_only():
@@ -148,31 +179,45 @@ def test_the_knee_is_c_over_w_for_dp_fsdp_and_remat_alike():
     c_over_w = cm.compute_bound_tokens(H100, cm.NVLINK4)
     assert c_over_w == pytest.approx(2197.8, rel=1e-4)
     ratio = GPU.param_count() / (GPU.train_flops_per_step() / (6 * GPU.batch * GPU.seq))
-    for strategy, remat in (("dp", False), ("fsdp", False), ("fsdp", True)):
-        k = cm.knee_tokens(GPU, strategy, 8, H100, cm.NVLINK4, 2, remat=remat)
+    for strategy, remat, keep in (
+        ("dp", False, False),
+        ("fsdp", False, True),
+        ("fsdp", True, False),
+    ):
+        kw = {"remat": remat, "keep_gathered": keep}
+        k = cm.knee_tokens(GPU, strategy, 8, H100, cm.NVLINK4, 2, **kw)
         assert k == pytest.approx(c_over_w * 7 / 8 * ratio)
-        below = cm.step_cost(GPU, strategy, 8, H100, cm.NVLINK4, 2, tokens=0.99 * k, remat=remat)
-        above = cm.step_cost(GPU, strategy, 8, H100, cm.NVLINK4, 2, tokens=1.01 * k, remat=remat)
+        below = cm.step_cost(GPU, strategy, 8, H100, cm.NVLINK4, 2, tokens=0.99 * k, **kw)
+        above = cm.step_cost(GPU, strategy, 8, H100, cm.NVLINK4, 2, tokens=1.01 * k, **kw)
         assert above.compute_bound and not below.compute_bound
+    # Textbook FSDP without remat: 2 units against the backward's 4 FLOPs per parameter and
+    # token, the same knee again.
+    assert cm.knee_tokens(GPU, "fsdp", 8, H100, cm.NVLINK4, 2) == pytest.approx(
+        c_over_w * 7 / 8 * ratio
+    )
     # f32 on the wire doubles it; the CPU backend's all-reduce keeps FSDP's knee (the
     # backward pass then binds as tightly as the forward one).
-    k2 = cm.knee_tokens(GPU, "fsdp", 8, H100, cm.NVLINK4, 2)
-    assert cm.knee_tokens(GPU, "fsdp", 8, H100, cm.NVLINK4, 4) == pytest.approx(2 * k2)
-    assert cm.knee_tokens(GPU, "fsdp", 8, H100, cm.PCIE5_X16, 2) == pytest.approx(
-        k2 * cm.NVLINK4 / cm.PCIE5_X16
+    k2 = cm.knee_tokens(GPU, "fsdp", 8, H100, cm.NVLINK4, 2, keep_gathered=True)
+    assert cm.knee_tokens(GPU, "fsdp", 8, H100, cm.NVLINK4, 4, keep_gathered=True) == pytest.approx(
+        2 * k2
     )
+    assert cm.knee_tokens(
+        GPU, "fsdp", 8, H100, cm.PCIE5_X16, 2, keep_gathered=True
+    ) == pytest.approx(k2 * cm.NVLINK4 / cm.PCIE5_X16)
 
 
 def test_below_the_knee_fsdp_spreads_its_bytes_over_both_phases():
     k = cm.knee_tokens(GPU, "dp", 8, H100, cm.NVLINK4, 2)
     step = {
-        (s, r): cm.step_cost(GPU, s, 8, H100, cm.NVLINK4, 2, tokens=k / 4, remat=r).step_s
-        for s, r in (("dp", False), ("fsdp", False), ("fsdp", True))
+        (s, keep): cm.step_cost(
+            GPU, s, 8, H100, cm.NVLINK4, 2, tokens=k / 4, keep_gathered=keep
+        ).step_s
+        for s, keep in (("dp", False), ("fsdp", True), ("fsdp", False))
     }
-    assert step[("fsdp", False)] < step[("dp", False)] < step[("fsdp", True)]
+    assert step[("fsdp", True)] < step[("dp", False)] < step[("fsdp", False)]
     # With no tokens at all, the step is all communication: 2, 2 and 3 units.
     unit = GPU.param_count() * 2 * 7 / 8 / cm.NVLINK4
-    zero = cm.step_cost(GPU, "fsdp", 8, H100, cm.NVLINK4, 2, tokens=0.0, remat=True)
+    zero = cm.step_cost(GPU, "fsdp", 8, H100, cm.NVLINK4, 2, tokens=0.0)
     assert zero.step_s == pytest.approx(3 * unit)
 
 
@@ -202,11 +247,11 @@ def test_the_cross_node_knee_is_the_scaling_books():
 
 def test_a_slow_nic_moves_the_knee_when_the_ring_leaves_the_node():
     one_nic = cm.Network(cm.NVLINK4, cm.IB_NDR_400, 8)  # one 400 Gb/s NIC per node
-    k = [cm.knee_tokens(GPU, "fsdp", n, H100, one_nic, 2) for n in (8, 16, 64)]
+    k = [cm.knee_tokens(GPU, "fsdp", n, H100, one_nic, 2, keep_gathered=True) for n in (8, 16, 64)]
     assert k[1] > 4 * k[0] and k[2] > k[1]
     # HSDP keeps its forward gather inside the node: only the backward binds across nodes.
-    h = cm.step_cost(GPU, "hsdp", 64, H100, one_nic, 2, tokens=1.0)
-    f = cm.step_cost(GPU, "fsdp", 64, H100, one_nic, 2, tokens=1.0)
+    h = cm.step_cost(GPU, "hsdp", 64, H100, one_nic, 2, tokens=1.0, keep_gathered=True)
+    f = cm.step_cost(GPU, "fsdp", 64, H100, one_nic, 2, tokens=1.0, keep_gathered=True)
     assert h.comm.forward < f.comm.forward / 4
 
 
@@ -217,6 +262,13 @@ def test_ring_time_by_hand():
     assert t == pytest.approx(max(0.75e9 / 400e9, 0.5e9 / 100e9) + 1e-5 + 6 * 1e-6 + 1 * 1e-5)
     t = cm.ring_time("all-reduce", 1e9, 8, net)
     assert t == pytest.approx(2 * 0.5e9 / 100e9 + 1e-5 + 12 * 1e-6 + 2 * 1e-5)
+    # One flat ring through all 8 GPUs sends 7/8 of the array out of each node, not 1/2.
+    flat = net._replace(cross_node="flat")
+    t = cm.ring_time("all-gather", 1e9, 8, flat)
+    assert t == pytest.approx(0.875e9 / 100e9 + 1e-5 + 6 * 1e-6 + 1 * 1e-5)
+    assert cm.ring_time("all-gather", 1e9, 4, flat) == cm.ring_time("all-gather", 1e9, 4, net)
+    with pytest.raises(ValueError, match="cross_node"):
+        cm.ring_time("all-gather", 1e9, 8, net._replace(cross_node="tree"))
     assert cm.ring_time("all-gather", 1e9, 1, net) == 0
     with pytest.raises(ValueError, match="n_devices=6 spans nodes of 4"):
         cm.ring_time("all-gather", 1e9, 6, net)

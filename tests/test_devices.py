@@ -117,3 +117,83 @@ def test_patient_cpu_collectives_adds_its_flags_once_and_keeps_yours(monkeypatch
     assert patient_cpu_collectives() == flags  # a second call adds nothing
     monkeypatch.delenv("XLA_FLAGS")
     assert patient_cpu_collectives().split() == [f"--{warn}=120", f"--{terminate}=600"]
+
+
+# --- issue 38: the AVX2 cap for jaxlib 0.8.x-0.10.1 on AVX-512 CPUs -------------------------
+
+ZEN4 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse sse2 avx avx2 avx512f avx512dq avx512_bf16 avx512vl
+"""
+NO_AVX512 = "model name\t: Intel(R) Core(TM) i7-8700\nflags\t\t: fpu sse avx avx2 fma\n"
+
+
+def test_the_deadlock_range_is_jaxlib_0_8_0_to_0_10_1_on_avx512_only():
+    from helpers.compat import avx512_deadlock_risk, cpu_flags
+
+    avx512, plain = cpu_flags(ZEN4), cpu_flags(NO_AVX512)
+    assert "avx512f" in avx512 and "avx512f" not in plain
+    for version in ("0.8.0", "0.8.1", "0.9.0", "0.10.1", "0.10.1.dev20260101"):
+        assert avx512_deadlock_risk(version, avx512), version
+        assert not avx512_deadlock_risk(version, plain), version
+    for version in ("0.7.2", "0.10.2", "0.11.0", "0.12.0.1", "1.0.0"):
+        assert not avx512_deadlock_risk(version, avx512), version
+    assert not avx512_deadlock_risk("0.8.0", set())  # no /proc/cpuinfo (macOS): no cap
+
+
+def test_cpu_description_names_the_model_and_its_avx512_flags():
+    from helpers.compat import cpu_description
+
+    assert cpu_description(ZEN4) == (
+        "AMD EPYC 9R14 96-Core Processor (avx512_bf16, avx512dq, avx512f, avx512vl)"
+    )
+    assert cpu_description(NO_AVX512) == "Intel(R) Core(TM) i7-8700 (no AVX-512)"
+    assert cpu_description("") == "unknown CPU (no AVX-512)"
+
+
+def _cap(monkeypatch, risk: bool, knows: bool = True) -> str:
+    from helpers import compat
+
+    monkeypatch.setattr(compat, "avx512_deadlock_risk", lambda: risk)
+    monkeypatch.setattr(compat, "xla_knows_flag", lambda name: knows)
+    return compat.cap_cpu_isa()
+
+
+def test_the_cap_is_added_only_where_needed_and_known_and_never_over_yours(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    assert _cap(monkeypatch, risk=False) == "--xla_dump_to=/tmp/x"
+    assert _cap(monkeypatch, risk=True, knows=False) == "--xla_dump_to=/tmp/x"
+    assert _cap(monkeypatch, risk=True) == "--xla_dump_to=/tmp/x --xla_cpu_max_isa=AVX2"
+    assert _cap(monkeypatch, risk=True) == "--xla_dump_to=/tmp/x --xla_cpu_max_isa=AVX2"  # once
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX512")  # yours win
+    assert _cap(monkeypatch, risk=True) == "--xla_cpu_max_isa=AVX512"
+    monkeypatch.delenv("XLA_FLAGS")
+    assert _cap(monkeypatch, risk=True) == "--xla_cpu_max_isa=AVX2"
+
+
+def test_every_supported_jaxlib_knows_the_cap_flag():
+    """jaxlib 0.8.0 (the oldest supported) and the pinned one both define it; a jaxlib that
+    did not would simply not get it (``cap_cpu_isa`` checks)."""
+    from helpers.compat import CPU_ISA_CAP, xla_knows_flag
+
+    assert xla_knows_flag(CPU_ISA_CAP[0])
+
+
+def test_a_process_started_by_the_series_on_an_affected_pair_gets_the_cap():
+    """use_simulated_devices applies cpu_backend_flags before the backend starts."""
+    from helpers.compat import avx512_deadlock_risk
+
+    code = (
+        "import os\n"
+        "from helpers import use_simulated_devices\n"
+        "use_simulated_devices(3, quiet=True)\n"
+        "print(os.environ['XLA_FLAGS'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert ("--xla_cpu_max_isa=AVX2" in out.stdout) == avx512_deadlock_risk(), out.stdout

@@ -66,10 +66,11 @@ def test_plot_projection_draws_the_cost_model_and_one_shared_knee():
                  "fsdp + remat, NVLink", "dp, PCIe", "fsdp + remat, PCIe"):  # fmt: skip
         assert want in lines, sorted(lines)
     tokens = lines["fsdp, NVLink"].get_xdata()
-    step = cm.step_cost(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, tokens=tokens).step_s
+    step = cm.step_cost(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, tokens=tokens, keep_gathered=True)
+    step = step.step_s
     assert lines["fsdp, NVLink"].get_ydata() == pytest.approx(step * 1e3)
     # The three knees coincide: one dotted line for all of them, and the scaling book's.
-    knee = cm.knee_tokens(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2)
+    knee = cm.knee_tokens(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, keep_gathered=True)
     dotted = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
     assert dotted == pytest.approx([knee])
     labels = [t.get_text() for t in ax.texts]

@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from children import run_jax_child
 
-from helpers.compat import CPU_COLLECTIVE_FLAGS
+from helpers.compat import CPU_COLLECTIVE_FLAGS, avx512_deadlock_risk
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +33,7 @@ def test_dp_and_fsdp_transformer_steps_run_at_every_count(count, tmp_path):
     env.pop("XLA_FLAGS", None)  # the series' own flags, as a learner gets them
     cmd = [sys.executable, "-m", "helpers.profile", "--model", "transformer", "--preset", "tiny",
            "--devices", str(count), "--steps", "2", "--warmup", "1", "--json", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
+    proc = run_jax_child(cmd, devices=count, cwd=ROOT, env=env, timeout=240)
     assert proc.returncode == 0, (
         f"exit {proc.returncode}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
     )
@@ -42,6 +43,8 @@ def test_dp_and_fsdp_transformer_steps_run_at_every_count(count, tmp_path):
     flags = report["environment"]["xla_flags"]
     for name, seconds in CPU_COLLECTIVE_FLAGS.items():
         assert f"--{name}={seconds}" in flags, flags
+    # The AVX2 cap is applied exactly where this jaxlib and this CPU need it (issue 38).
+    assert ("--xla_cpu_max_isa=AVX2" in flags) == avx512_deadlock_risk(), flags
     dp, fsdp = report["results"]
     if count > 1:  # the collectives this test is about: DP's all-reduce, FSDP's all-gather
         assert "all-reduce" in dp["collectives"]
@@ -96,3 +99,21 @@ def test_a_late_device_does_not_abort_with_the_series_flags():
     ok = _late_device(6, None)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "sum 3.0" in ok.stdout and "may be stuck" not in ok.stderr
+
+
+def test_a_hung_child_is_named_a_deadlock_within_its_timeout():
+    """A child that hangs is killed after the test's timeout (minutes in the tests above;
+    2 s here), and the failure says what it is, with the jaxlib and the CPU (issue 38)."""
+    import time
+
+    from children import deadlock_message
+
+    hang = "import sys, time; print('This thread has been waiting for', file=sys.stderr, flush=True); time.sleep(60)"
+    start = time.monotonic()
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_jax_child([sys.executable, "-c", hang], devices=5, timeout=2)
+    assert time.monotonic() - start < 30
+    message = str(failed.value)
+    assert message.startswith(deadlock_message(5)), message
+    assert "killed after 2 s (XLA reported a stuck collective)" in message
+    assert "jaxlib " in message and "CPU " in message

@@ -14,7 +14,6 @@ import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -22,6 +21,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from children import run_jax_child  # noqa: E402
 
 from helpers.measuring import cost_model as cm  # noqa: E402
 from helpers.measuring import profile  # noqa: E402
@@ -358,11 +358,14 @@ def test_gpu_preset_compiles_and_its_flops_match_the_formula():
 
 
 def test_the_compiled_bytes_are_the_cost_models_units(tiny):
-    """On CPU (f32 on the wire, FSDP's gradients all-reduced) DP sends 2 units, FSDP 3."""
+    """On CPU (f32 on the wire, FSDP's gradients all-reduced, its gathered weights kept from
+    the forward to the backward pass) DP sends 2 units, FSDP 3."""
     by_name, _, _ = tiny
     for s in ("dp", "fsdp"):
-        units = cm.comm_units(s, reduce_scatter=False)
-        predicted = cm.comm_bytes(s, TINY.param_count(), 8, 4, reduce_scatter=False)
+        units = cm.comm_units(s, keep_gathered=True, reduce_scatter=False)
+        predicted = cm.comm_bytes(
+            s, TINY.param_count(), 8, 4, keep_gathered=True, reduce_scatter=False
+        )
         assert by_name[s].comm_bytes_per_device == pytest.approx(predicted.total, rel=0.01)
         assert units.total == {"dp": 2, "fsdp": 3}[s]
 
@@ -377,7 +380,7 @@ def test_remat_gathers_the_weights_again_and_recomputes_the_forward(tiny):
     assert r.collectives["all-gather"]["ops"] == 2 * plain.collectives["all-gather"]["ops"]
     assert r.collectives["all-gather"]["bytes"] == 2 * plain.collectives["all-gather"]["bytes"]
     assert r.collectives["all-reduce"] == plain.collectives["all-reduce"]
-    predicted = cm.comm_bytes("fsdp", TINY.param_count(), 8, 4, remat=True, reduce_scatter=False)
+    predicted = cm.comm_bytes("fsdp", TINY.param_count(), 8, 4, reduce_scatter=False)
     assert r.comm_bytes_per_device == pytest.approx(predicted.total, rel=0.01)
     # The backward pass recomputes the forward: about 8/6 of the matmul FLOPs.
     assert r.flops_hlo_per_device / plain.flops_hlo_per_device == pytest.approx(8 / 6, rel=0.05)
@@ -496,7 +499,7 @@ def test_cli_writes_json_and_plot(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NUM_DEVICES": "2", "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "helpers.profile", "--preset", "tiny", "--steps", "2", "--warmup", "1",
            "--json", str(out), "--plot", str(png)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_jax_child(cmd, devices=2, cwd=ROOT, env=env, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[profile] fsdp: median step" in proc.stdout
     assert "MFU (formula FLOPs)" in proc.stdout and "NOT GPU timings" in proc.stdout
@@ -614,7 +617,7 @@ def lm_cli(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "helpers.profile", "--model", "transformer", "--preset", "tiny",
            "--devices", "5", "--steps", "2", "--warmup", "1", "--json", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_jax_child(cmd, devices=5, cwd=ROOT, env=env, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout, json.loads(out.read_text())
 

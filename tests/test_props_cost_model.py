@@ -48,23 +48,23 @@ wire = st.sampled_from([2, 4])
 
 
 @given(strategies, st.booleans(), st.booleans())
-def test_units_follow_the_table(strategy, remat, reduce_scatter):
-    u = comm_units(strategy, remat=remat, reduce_scatter=reduce_scatter)
+def test_units_follow_the_table(strategy, keep, reduce_scatter):
+    u = comm_units(strategy, keep_gathered=keep, reduce_scatter=reduce_scatter)
     if strategy == "dp":
         assert (u.forward, u.backward) == (0, 2)
     else:
         assert u.forward == 1
-        assert u.backward == 1 + remat + (not reduce_scatter)
+        assert u.backward == 1 + (not keep) + (not reduce_scatter)
 
 
 @given(strategies, st.integers(1, 10**10), counts, wire, links, st.booleans())
-def test_bytes_are_units_times_one_ring_and_time_is_bytes_over_bandwidth(s, p, n, b, w, remat):
+def test_bytes_are_units_times_one_ring_and_time_is_bytes_over_bandwidth(s, p, n, b, w, keep):
     unit = p * b * (n - 1) / n
-    sent = comm_bytes(s, p, n, b, remat=remat)
-    units = comm_units(s, remat=remat)
+    sent = comm_bytes(s, p, n, b, keep_gathered=keep)
+    units = comm_units(s, keep_gathered=keep)
     assert sent.forward == pytest.approx(units.forward * unit)
     assert sent.backward == pytest.approx(units.backward * unit)
-    t = comm_time(s, p, n, w, b, remat=remat)
+    t = comm_time(s, p, n, w, b, keep_gathered=keep)
     assert t.total * w == pytest.approx(sent.total)
     if n == 1:
         assert sent.total == 0
@@ -77,21 +77,24 @@ def test_flops_per_token_are_6_per_parameter_or_8_with_remat(cfg, remat):
     assert f.backward == pytest.approx((6 if remat else 4) * cfg.params)
 
 
-@given(models, strategies, counts, rates, links, wire, st.booleans(), st.floats(1, 10**7))
-def test_a_step_lies_between_full_overlap_and_none(cfg, s, n, c, w, b, remat, tokens):
-    step = step_cost(cfg, s, n, c, w, b, tokens=tokens, remat=remat)
+@given(
+    models, strategies, counts, rates, links, wire, st.booleans(), st.booleans(), st.floats(1, 1e7)
+)
+def test_a_step_lies_between_full_overlap_and_none(cfg, s, n, c, w, b, remat, keep, tokens):
+    step = step_cost(cfg, s, n, c, w, b, tokens=tokens, remat=remat, keep_gathered=keep)
     lower = max(step.compute.total, step.comm.total)
     assert lower * (1 - 1e-9) <= step.step_s <= step.serial_s * (1 + 1e-9)
     if step.compute_bound:
         assert step.step_s == pytest.approx(step.compute.total)
 
 
-@given(models, strategies, st.integers(2, 4096), rates, links, wire, st.booleans())
-def test_the_knee_is_where_the_step_stops_waiting(cfg, s, n, c, w, b, remat):
-    knee = knee_tokens(cfg, s, n, c, w, b, remat=remat)
+@given(models, strategies, st.integers(2, 4096), rates, links, wire, st.booleans(), st.booleans())
+def test_the_knee_is_where_the_step_stops_waiting(cfg, s, n, c, w, b, remat, keep):
+    kw = {"remat": remat, "keep_gathered": keep}
+    knee = knee_tokens(cfg, s, n, c, w, b, **kw)
     assert knee > 0
-    above = step_cost(cfg, s, n, c, w, b, tokens=knee * 1.001, remat=remat)
-    below = step_cost(cfg, s, n, c, w, b, tokens=knee * 0.999, remat=remat)
+    above = step_cost(cfg, s, n, c, w, b, tokens=knee * 1.001, **kw)
+    below = step_cost(cfg, s, n, c, w, b, tokens=knee * 0.999, **kw)
     assert above.compute_bound and not below.compute_bound
 
 
@@ -128,7 +131,16 @@ sizes = st.floats(0, 1e12)
 
 @st.composite
 def networks(draw):
-    return Network(draw(links), draw(links), draw(per_node), NCCL_RING_LATENCY)
+    cross = draw(st.sampled_from(["hierarchical", "flat"]))
+    return Network(draw(links), draw(links), draw(per_node), NCCL_RING_LATENCY, cross)
+
+
+@given(kinds, sizes, nodes, networks())
+def test_a_flat_ring_never_leaves_a_node_faster_than_a_hierarchical_one(kind, nbytes, m, net):
+    n = m * net.gpus_per_node
+    flat = ring_time(kind, nbytes, n, net._replace(cross_node="flat"))
+    hier = ring_time(kind, nbytes, n, net._replace(cross_node="hierarchical"))
+    assert flat >= hier * (1 - 1e-9)
 
 
 @given(kinds, sizes, nodes, networks())
@@ -139,11 +151,13 @@ def test_two_tiers_are_never_faster_than_either_tier_alone(kind, nbytes, m, net)
     inside = ring_time(kind, nbytes, net.gpus_per_node, net._replace(node_bw=None))
     # ... and the cross-node ring alone (one GPU per node, NICs only)
     across = ring_time(kind, nbytes, m, Network(float("inf"), net.node_bw, 1, (0, 0, 0)))
+    if net.cross_node == "flat":  # one ring through all n GPUs: (n-1)/n out of each node
+        across *= (n - 1) / n * m / (m - 1) if m > 1 else 1
     assert both >= inside * (1 - 1e-9) and both >= across * (1 - 1e-9)
     # without latency, it is exactly the slower of the two
     bare = net._replace(latency=(0.0, 0.0, 0.0))
     inside0 = ring_time(kind, nbytes, net.gpus_per_node, bare._replace(node_bw=None))
-    assert ring_time(kind, nbytes, n, bare) == pytest.approx(max(inside0, across), abs=1e-30)
+    assert ring_time(kind, nbytes, n, bare) == pytest.approx(max(inside0, across), rel=1e-12)
 
 
 @given(kinds, st.integers(2, 64), networks())
@@ -159,17 +173,17 @@ def test_latency_vanishes_as_the_message_grows(kind, m, net):
 
 @given(models, nodes, networks(), wire, st.booleans())
 def test_hsdp_sends_no_more_across_nodes_than_fsdp_and_equals_it_inside_a_node(
-    cfg, m, net, b, remat
+    cfg, m, net, b, keep
 ):
     bare = net._replace(latency=(0.0, 0.0, 0.0))
-    one_node = comm_time("hsdp", cfg.params, net.gpus_per_node, bare, b, remat=remat)
-    fsdp = comm_time("fsdp", cfg.params, net.gpus_per_node, bare, b, remat=remat)
+    one_node = comm_time("hsdp", cfg.params, net.gpus_per_node, bare, b, keep_gathered=keep)
+    fsdp = comm_time("fsdp", cfg.params, net.gpus_per_node, bare, b, keep_gathered=keep)
     assert one_node.forward == pytest.approx(fsdp.forward)
     assert one_node.backward == pytest.approx(fsdp.backward)
     n = m * net.gpus_per_node
     # HSDP's forward gather stays on NVLink, so it is never slower than FSDP's
-    h = comm_time("hsdp", cfg.params, n, bare, b, remat=remat)
-    f = comm_time("fsdp", cfg.params, n, bare, b, remat=remat)
+    h = comm_time("hsdp", cfg.params, n, bare, b, keep_gathered=keep)
+    f = comm_time("fsdp", cfg.params, n, bare, b, keep_gathered=keep)
     assert h.forward <= f.forward * (1 + 1e-9)
 
 

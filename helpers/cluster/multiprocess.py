@@ -403,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Before anything starts JAX's backend: afterwards the count cannot change.
         from helpers import compat
 
-        compat.patient_cpu_collectives()  # a late simulated device must not abort the run
+        compat.cpu_backend_flags()  # a late simulated device must not abort the run
         jax.config.update("jax_platforms", "cpu")
         jax.config.update("jax_num_cpu_devices", args.simulated_devices)
     connect(args)

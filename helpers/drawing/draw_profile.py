@@ -109,9 +109,17 @@ def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
     return fig
 
 
+#: ``(strategy, remat)``: with remat the backward pass recomputes the forward and, as XLA
+#: compiles it here, gathers FSDP's weights again (ZeRO-3's 3 units); without it XLA keeps
+#: the forward's gathered copy (2 units).
 CASES: tuple[tuple[str, bool], ...] = (("dp", False), ("fsdp", False), ("fsdp", True))
 #: A mark's label goes left of its line only past this fraction of the token axis (room).
 _LABEL_ROOM = 0.35
+
+
+def _case_kw(case: tuple[str, bool]) -> dict[str, bool]:
+    """The cost model's keywords for a ``(strategy, remat)`` case (see ``CASES``)."""
+    return {"remat": case[1], "keep_gathered": not case[1]}
 
 
 def _label(case: tuple[str, bool]) -> str:
@@ -138,7 +146,7 @@ def _distinct_curves(
             bw,
             bytes_per_param,
             tokens=tokens,
-            remat=case[1],
+            **_case_kw(case),
         ).step_s
         same = next((c for c in curves if np.allclose(c[1], y)), None)
         if same:
@@ -224,7 +232,7 @@ def plot_projection(
             )
             if i == 0:
                 k = cm.knee_tokens(
-                    cfg, case[0], n_devices, flops_per_s, bw, bytes_per_param, remat=case[1]
+                    cfg, case[0], n_devices, flops_per_s, bw, bytes_per_param, **_case_kw(case)
                 )
                 same = next((m for m in marks if np.isclose(m[0], k, rtol=1e-3)), None)
                 if same:
@@ -348,7 +356,7 @@ def plot_knee_by_devices(
             y = np.array(
                 [
                     cm.knee_tokens(
-                        cfg, case[0], n, flops_per_s, net, bytes_per_param, remat=case[1]
+                        cfg, case[0], n, flops_per_s, net, bytes_per_param, **_case_kw(case)
                     )
                     for n in ns
                 ]

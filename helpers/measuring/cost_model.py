@@ -15,17 +15,26 @@ is what each device sends to all-gather (or reduce-scatter) every parameter once
 ``P x b x (N-1)/N`` bytes, for ``P`` parameters and ``b`` bytes per parameter on the
 wire. An all-reduce is a reduce-scatter plus an all-gather, two units. Per step:
 
-========================  ================  ============================================
-strategy                  forward           backward
-========================  ================  ============================================
-``dp``                    0                 2 (all-reduce of the gradients)
-``fsdp``                  1 (all-gather)    1 (reduce-scatter of the gradients)
-``fsdp``, ``remat``       1                 2 (the weights are gathered again, then
-                                            reduce-scatter)
-``hsdp``                  1 inside the      1 inside the node, then an all-reduce
-                          node (all-gather) (2) of each GPU's 1/G shard across nodes
-========================  ================  ============================================
+==============================  ================  ==========================================
+strategy                        forward           backward
+==============================  ================  ==========================================
+``dp``                          0                 2 (all-reduce of the gradients)
+``fsdp`` (ZeRO-3, textbook)     1 (all-gather)    2 (the weights, freed after the forward
+                                                  pass, gathered again; then the gradients
+                                                  reduce-scattered)
+``fsdp``, ``keep_gathered``     1                 1 (the forward's gathered copy is kept
+                                                  for the backward pass: reduce-scatter)
+``hsdp``                        1 inside the      2 inside the node (gather again,
+                                node (all-gather) reduce-scatter), then an all-reduce (2) of
+                                                  each GPU's 1/G shard across nodes
+==============================  ================  ==========================================
 
+Textbook FSDP (ZeRO-3) frees each layer's gathered weights after use, so it sends 3 units,
+1.5x DP (Rajbhandari et al. 2019, arXiv:1910.02054, Section 7.2.2). Keeping the gathered
+copy from the forward to the backward pass saves a unit and costs the whole model's
+weights in memory during the step: that is what XLA compiles for the series' jitted
+FSDP step on the CPU (notebook 03). ``remat`` recomputes activations; it changes the
+FLOPs (``flops_per_token``), not what a strategy sends.
 With ``reduce_scatter=False`` FSDP's gradients cost an all-reduce (2) instead of a
 reduce-scatter (1): that is what XLA's CPU backend compiles (see notebook 04).
 The overlap inside a phase is an assumption (XLA's GPU latency-hiding scheduler aims for
@@ -33,8 +42,11 @@ it); the projections here are not measurements.
 
 **Two tiers.** A ``Network`` has an intra-node tier (NVLink, per GPU) and an inter-node
 tier (the node's NICs, all of them together). A ring collective that spans ``M`` nodes of
-``G`` GPUs moves ``(G-1)/G`` of the array over NVLink and ``(M-1)/M`` of it out of each
-node; it takes as long as the slower of the two (the scaling book's GPU chapter,
+``G`` GPUs moves ``(G-1)/G`` of the array over NVLink and, out of each node, ``(M-1)/M``
+of it (``cross_node="hierarchical"``: the scaling book's idealised model, where a node
+sends each byte out once) or ``(N-1)/N`` of it (``cross_node="flat"``: one ring through
+all ``N = G x M`` GPUs, as NCCL's ring algorithm runs, each crossing link carrying a
+block per step); it takes as long as the slower of the two (the scaling book's GPU chapter,
 https://jax-ml.github.io/scaling-book/gpus/, "Cross-node collectives": an all-gather of
 ``B`` bytes beyond the node costs about ``B / W_node egress``, and its "2-way AllGather"
 answer takes the max of the node-level and the cross-node cost). **HSDP** (hybrid
@@ -54,10 +66,36 @@ HBM. DP does that for every parameter on every device; FSDP for its 1/N (HSDP 1/
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, NamedTuple, Protocol
 
-import numpy as np
+# numpy is imported only where an array is passed (``_np``): with plain numbers the cost
+# model runs on the standard library alone, as the planner must (a bare Python, Pyodide).
+
+
+def _np() -> Any:
+    import numpy
+
+    return numpy
+
+
+def _is_array(x: Any) -> bool:
+    return hasattr(x, "shape") or isinstance(x, (list, tuple))
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    """``max`` of two numbers, elementwise when either is an array."""
+    if _is_array(a) or _is_array(b):
+        return _np().maximum(a, b)
+    return max(a, b)
+
+
+def _scalar_or_array(out: Any) -> Any:
+    if _is_array(out) and _np().ndim(out) > 0:
+        return out
+    return float(out)
+
 
 # ---------------------------------------------------------------------------
 # Hardware figures
@@ -129,13 +167,19 @@ class Network(NamedTuple):
     ``gpus_per_node``: ``G``; a ring over more devices spans ``N / G`` nodes.
     ``latency``: seconds per collective, per ring step inside a node, per ring step across
     nodes (see ``NCCL_RING_LATENCY``); zeros leave latency out.
+    ``cross_node``: what a collective over ``M`` nodes sends out of each node:
+    ``"hierarchical"``, ``(M-1)/M`` of the array (the scaling book's model), or ``"flat"``,
+    ``(N-1)/N`` of it (one NCCL ring through every GPU).
     """
 
     gpu_bw: float
     node_bw: float | None = None
     gpus_per_node: int = 8
     latency: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    cross_node: str = "hierarchical"
 
+
+CROSS_NODE = ("hierarchical", "flat")
 
 #: A DGX H100 node: NVLink 4 inside, 8 x 400 Gb/s InfiniBand out, NCCL's latencies.
 DGX_H100 = Network(NVLINK4, DGX_H100_NODE, 8, NCCL_RING_LATENCY)
@@ -150,6 +194,8 @@ def as_network(bandwidth: float | Network) -> Network:
         raise ValueError(
             f"bandwidth: gpus_per_node must be >= 1 and latency three seconds >= 0; got {net}."
         )
+    if net.cross_node not in CROSS_NODE:
+        raise ValueError(f"bandwidth: cross_node must be one of {CROSS_NODE}; got {net}.")
     return net
 
 
@@ -183,14 +229,20 @@ def _ring_parts(kind: str, nbytes: Any, n_devices: int, network: float | Network
         raise ValueError(f"kind={kind!r} is not one of {sorted(_KINDS)}.")
     net = as_network(network)
     g, m = node_split(n_devices, net)
-    nbytes = np.asarray(nbytes, dtype=float)
-    if np.any(nbytes < 0):
+    if _is_array(nbytes):
+        nbytes = _np().asarray(nbytes, dtype=float)
+        negative = bool((nbytes < 0).any())
+    else:
+        nbytes = float(nbytes)
+        negative = nbytes < 0
+    if negative:
         raise ValueError(f"nbytes must be >= 0; got {nbytes}.")
     if g * m == 1:
         return 0.0, 0.0, 0.0
     f = _KINDS[kind]
     intra = f * nbytes * (g - 1) / g / net.gpu_bw
-    inter = f * nbytes * (m - 1) / m / net.node_bw if m > 1 else 0.0
+    out_share = (m - 1) / m if net.cross_node == "hierarchical" else (g * m - 1) / (g * m)
+    inter = f * nbytes * out_share / net.node_bw if m > 1 else 0.0
     base, hop_in, hop_out = net.latency
     steps, inter_steps = f * (g * m - 1), f * (m - 1)
     return intra, inter, base + (steps - inter_steps) * hop_in + inter_steps * hop_out
@@ -200,13 +252,13 @@ def ring_time(kind: str, nbytes: Any, n_devices: int, network: float | Network) 
     """Seconds for one ring collective of an array of ``nbytes`` over ``n_devices``.
 
     Bandwidth: ``f x nbytes x (G-1)/G`` over ``gpu_bw`` inside the node and
-    ``f x nbytes x (M-1)/M`` over ``node_bw`` out of it, whichever takes longer (``f`` = 1
+    ``f x nbytes x (M-1)/M`` (or ``(N-1)/N``, ``cross_node="flat"``) over ``node_bw`` out
+    of it, whichever takes longer (``f`` = 1
     for an all-gather or reduce-scatter, 2 for an all-reduce). Latency: NCCL's
     ``base + intra steps x intra hop + inter steps x inter hop``. One device: 0.
     """
     intra, inter, latency = _ring_parts(kind, nbytes, n_devices, network)
-    out = np.maximum(intra, inter) + latency
-    return float(out) if np.ndim(out) == 0 else out
+    return _scalar_or_array(_maximum(intra, inter) + latency)
 
 
 def optimizer_bytes(
@@ -305,10 +357,13 @@ def _check_strategy(strategy: str) -> None:
         )
 
 
-def comm_units(strategy: str, *, remat: bool = False, reduce_scatter: bool = True) -> Phases:
+def comm_units(
+    strategy: str, *, keep_gathered: bool = False, reduce_scatter: bool = True
+) -> Phases:
     """Ring units each device sends per step, per phase, on one ring over all devices (see
-    the module's table). HSDP's collectives run on two rings of different sizes: its time
-    is ``comm_time``'s."""
+    the module's table): FSDP as ZeRO-3 runs it (freed after the forward pass, gathered
+    again), or with ``keep_gathered`` (one gather, the copy held until the backward pass).
+    HSDP's collectives run on two rings of different sizes: its time is ``comm_time``'s."""
     if strategy not in _UNITS:
         _check_strategy(strategy)
         raise ValueError(
@@ -317,7 +372,7 @@ def comm_units(strategy: str, *, remat: bool = False, reduce_scatter: bool = Tru
         )
     forward, backward = _UNITS[strategy]
     if strategy != "dp":
-        backward += (1 if remat else 0) + (0 if reduce_scatter else 1)
+        backward += (0 if keep_gathered else 1) + (0 if reduce_scatter else 1)
     return Phases(forward, backward)
 
 
@@ -327,7 +382,7 @@ def comm_bytes(
     n_devices: int,
     bytes_per_param: float = 4,
     *,
-    remat: bool = False,
+    keep_gathered: bool = False,
     reduce_scatter: bool = True,
 ) -> Phases:
     """Bytes each device sends per step, per phase: units x ``P x b x (N-1)/N``.
@@ -336,7 +391,7 @@ def comm_bytes(
     keeps, 2 if the collectives move bf16.
     """
     unit = n_params * bytes_per_param * (n_devices - 1) / n_devices
-    units = comm_units(strategy, remat=remat, reduce_scatter=reduce_scatter)
+    units = comm_units(strategy, keep_gathered=keep_gathered, reduce_scatter=reduce_scatter)
     return Phases(units.forward * unit, units.backward * unit)
 
 
@@ -347,11 +402,11 @@ def comm_time(
     bandwidth: float | Network,
     bytes_per_param: float = 4,
     *,
-    remat: bool = False,
+    keep_gathered: bool = False,
     reduce_scatter: bool = True,
     n_ops: int = 1,
 ) -> Phases:
-    """Seconds of communication per step, per phase.
+    """Seconds of communication per step, per phase (``keep_gathered``: see ``comm_units``).
 
     ``bandwidth`` is one tier's bytes/s one way (the flat ring of ``comm_bytes``, no
     latency), or a ``Network`` with two tiers and latencies (``ring_time`` per collective).
@@ -373,16 +428,16 @@ def comm_time(
     inside = net._replace(node_bw=None)  # a node's own ring: NVLink only
     # every GPU all-reduces its 1/G shard with its peers in the other nodes: G rings side
     # by side share the node's NICs, 2 (M-1)/M of the array out of the node
-    across = Network(np.inf, net.node_bw, 1, (net.latency[0], 0.0, net.latency[2]))
+    across = Network(math.inf, net.node_bw, 1, (net.latency[0], 0.0, net.latency[2]))
     if strategy == "dp":
         rings: tuple[list, list] = ([], [("all-reduce", n_devices, net)])
     elif strategy != "hsdp":
         rings = ([("all-gather", n_devices, net)], [(grads, n_devices, net)])
-        if remat:
+        if not keep_gathered:
             rings[1].append(("all-gather", n_devices, net))
     else:
         rings = ([("all-gather", g, inside)], [(grads, g, inside)])
-        if remat:
+        if not keep_gathered:
             rings[1].append(("all-gather", g, inside))
         if m > 1:
             rings[1].append(("all-reduce", m, across))
@@ -394,8 +449,7 @@ def comm_time(
         for kind, devices, over in collectives:
             a, b, lat = _ring_parts(kind, size, devices, over)
             intra, inter, latency = intra + a, inter + b, latency + n_ops * lat
-        out = np.maximum(intra, inter) + latency
-        return float(out) if np.ndim(out) == 0 else out
+        return _scalar_or_array(_maximum(intra, inter) + latency)
 
     return Phases(phase(rings[0]), phase(rings[1]))
 
@@ -418,8 +472,8 @@ class StepCost(NamedTuple):
         """Communication hidden behind compute within each phase: sum of per-phase maxima,
         plus the optimizer step."""
         return (
-            np.maximum(self.compute.forward, self.comm.forward)
-            + np.maximum(self.compute.backward, self.comm.backward)
+            _maximum(self.compute.forward, self.comm.forward)
+            + _maximum(self.compute.backward, self.comm.backward)
             + self.optimizer
         )
 
@@ -446,6 +500,7 @@ def step_cost(
     *,
     tokens: Any = None,
     remat: bool = False,
+    keep_gathered: bool = False,
     hbm_bandwidth: float | None = None,
     n_ops: int = 1,
 ) -> StepCost:
@@ -460,7 +515,12 @@ def step_cost(
     """
     if not flops_per_s > 0:
         raise ValueError(f"flops_per_s must be > 0; got {flops_per_s}.")
-    tokens = cfg.batch * cfg.seq if tokens is None else np.asarray(tokens, dtype=float)
+    if tokens is None:
+        tokens = cfg.batch * cfg.seq
+    elif _is_array(tokens):
+        tokens = _np().asarray(tokens, dtype=float)
+    else:
+        tokens = float(tokens)
     per_token = flops_per_token(cfg, remat=remat)
     compute = Phases(
         tokens * per_token.forward / flops_per_s, tokens * per_token.backward / flops_per_s
@@ -471,7 +531,7 @@ def step_cost(
         n_devices,
         bandwidth,
         bytes_per_param,
-        remat=remat,
+        keep_gathered=keep_gathered,
         n_ops=n_ops,
     )
     optimizer = 0.0
@@ -492,6 +552,7 @@ def knee_tokens(
     bytes_per_param: float = 4,
     *,
     remat: bool = False,
+    keep_gathered: bool = False,
     n_ops: int = 1,
 ) -> float:
     """Tokens per device below which some phase of the step waits for the interconnect.
@@ -509,6 +570,7 @@ def knee_tokens(
         bytes_per_param,
         tokens=1.0,
         remat=remat,
+        keep_gathered=keep_gathered,
         n_ops=n_ops,
     )
     return float(

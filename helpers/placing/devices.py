@@ -85,7 +85,7 @@ def use_simulated_devices(
 
     want = _requested_count(n)
     if not compat.backend_started():
-        compat.patient_cpu_collectives()
+        compat.cpu_backend_flags()
     if real_accelerators == "auto":
         if not compat.backend_started():
             jax.config.update("jax_num_cpu_devices", want)

@@ -504,8 +504,8 @@ def _dp_phases(local: float, dp: int, zero: int, g_b: int, m: int) -> cost_model
     strategy = "fsdp" if zero == 3 else "dp"
     # ZeRO-3 frees each layer's gathered weights after its forward pass and gathers them
     # again for the backward one (1.5x DP's traffic, the ZeRO paper's Section 7.2.2): the
-    # cost model's FSDP with remat's extra gather.
-    dp_bytes = cost_model.comm_bytes(strategy, round(local), dp, g_b, remat=zero == 3)
+    # cost model's textbook FSDP.
+    dp_bytes = cost_model.comm_bytes(strategy, round(local), dp, g_b)
     # With micro-batches, a device that keeps only a slice of the gradients (ZeRO-2, -3)
     # reduce-scatters them after every micro-batch, and ZeRO-3 gathers the weights again
     # for every one; DP and ZeRO-1 accumulate whole gradients and reduce them once.
