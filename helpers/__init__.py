@@ -314,6 +314,7 @@ _LAZY_MODULES = {
         "spec_of_series_model",
     ),
     "helpers.planning.calculator": ("calculator_plan", "draw_plans", "plan_calculator"),
+    "helpers.planning.runs": ("PUBLISHED_RUNS", "PublishedRun"),
 }
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 
@@ -583,6 +584,9 @@ __all__ = [
     "calculator_plan",
     "draw_plans",
     "plan_calculator",
+    # planning/runs
+    "PUBLISHED_RUNS",
+    "PublishedRun",
     # compat.py
     "AxisType",
     "ShardingTypeError",
