@@ -1,0 +1,52 @@
+"""``--search``: every layout of a GPU count, each once at its best setting, ranked by the MFU
+bound among those that fit with the margin (issue 39, item 10)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from helpers.planning.hardware import HARDWARE
+from helpers.planning.layout import PlanError
+from helpers.planning.models import NAMED_MODELS
+from helpers.planning.search import default_global_batch, format_search, search_layouts
+
+
+@pytest.fixture(scope="module")
+def ranking():
+    start = time.perf_counter()
+    result = search_layouts(NAMED_MODELS["llama3-70b"], HARDWARE["h100"], 64, top=10)
+    return result, time.perf_counter() - start
+
+
+def test_the_search_is_fast_and_lists_each_layout_once(ranking) -> None:
+    result, took = ranking
+    assert took < 10
+    keys = [tuple(p.degrees.values()) for p in result.plans]
+    assert len(keys) == len(set(keys)) == 10
+    assert all(p.fits for p in result.plans)
+    bounds = [p.mfu for p in result.plans]
+    assert bounds == sorted(bounds, reverse=True)
+    assert result.planned > 500 and result.global_batch == default_global_batch(64, 4096) == 256
+
+
+def test_every_plan_does_the_same_work(ranking) -> None:
+    result, _ = ranking
+    assert {p.tokens_per_step for p in result.plans} == {256 * 4096}
+
+
+def test_with_node_egress_the_70b_winner_has_no_pipeline(ranking) -> None:
+    """The issue's finding: on 64 H100s at a million tokens a step, tensor parallelism inside a
+    node and ZeRO-3 over the rest beat any pipeline once the NICs count at 400 GB/s a node."""
+    result, _ = ranking
+    best = result.plans[0]
+    assert best.degrees["pp"] == 1 and best.zero == 3 and best.degrees["tp"] <= 8
+    assert best.crossing_axes == ["dp"]
+    text = format_search(result)
+    assert text.splitlines()[2].startswith("dp32 tp2")
+
+
+def test_a_search_that_nothing_fits_says_so() -> None:
+    with pytest.raises(PlanError, match="no layout"):
+        search_layouts(NAMED_MODELS["llama3-405b"], HARDWARE["h100"], 8)
