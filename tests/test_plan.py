@@ -258,7 +258,10 @@ def test_context_and_pipeline_traffic_reach_the_step_time() -> None:
     h100 = HARDWARE["h100"]
     slow = dataclasses.replace(h100, node_bw=1e6)
     for kw in (dict(tp=8, cp=2, seq=32768), dict(tp=8, pp=2, grad_accum=8)):
-        fast_plan, slow_plan = plan_model("llama3-8b", h100, **kw), plan_model("llama3-8b", slow, **kw)
+        fast_plan, slow_plan = (
+            plan_model("llama3-8b", h100, **kw),
+            plan_model("llama3-8b", slow, **kw),
+        )
         assert slow_plan.step_time_s > 10 * fast_plan.step_time_s, kw
         axis = "cp" if "cp" in kw else "pp"
         assert slow_plan.exposed_seconds_per_step[axis] > 0
@@ -299,7 +302,9 @@ def test_uneven_and_interleaved_pipelines() -> None:
 
 def test_recompute_trades_memory_for_time() -> None:
     kw = dict(tp=8, flash_attention=False, seq=4096)
-    none, sel, full = (plan_model("llama3-70b", remat=r, **kw) for r in ("none", "selective", "full"))
+    none, sel, full = (
+        plan_model("llama3-70b", remat=r, **kw) for r in ("none", "selective", "full")
+    )
     acts = [p.per_device_bytes["activations"] for p in (none, sel, full)]
     assert acts[0] > acts[1] > acts[2]
     assert none.step_time_s < sel.step_time_s < full.step_time_s

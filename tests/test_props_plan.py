@@ -84,8 +84,11 @@ def test_zero_stages_never_grow_memory(n: int, dp: int, stage: int) -> None:
 
 @settings(deadline=None, max_examples=40)
 @given(
-    st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 8, 16]),
-    st.sampled_from(["none", "selective", "full"]), st.booleans(),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2, 8, 16]),
+    st.sampled_from(["none", "selective", "full"]),
+    st.booleans(),
 )
 def test_faster_links_never_slow_a_step_and_recompute_never_grows_memory(
     tp: int, pp: int, dp: int, remat: str, flash: bool
