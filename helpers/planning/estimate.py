@@ -350,7 +350,7 @@ def _ep_comm(model, layout, net, tok, act, cost, sent, comm, wait) -> None:  # n
 def padded_vocab(model: ModelSpec, layout: Layout) -> int:
     """The vocabulary padded to a multiple of ``vocab_multiple x tp`` (Megatron-LM's
     ``make_vocab_size_divisible_by``, 128 by default, times the tensor-parallel size)."""
-    unit = layout.vocab_multiple * layout.tp
+    unit = (model.vocab_multiple or layout.vocab_multiple) * layout.tp
     return math.ceil(model.vocab / unit) * unit
 
 

@@ -72,6 +72,8 @@ class ModelSpec:
     ``ffn``), ``top_k`` of them per token; ``shared_ffn`` is the total width of the shared
     experts every token goes through (0: none), ``shared_gate`` Qwen2-MoE's gate on them;
     ``dense_layers`` of the ``n_layers`` keep a dense MLP of width ``ffn``.
+    ``vocab_multiple`` pads the vocabulary to a multiple of it times ``tp`` (0: the plan's
+    setting, Megatron-LM's 128; 1: the vocabulary is padded already, as the series' is).
     ``mla`` is DeepSeek-V2's multi-head latent attention: ``(q_lora_rank, kv_lora_rank,
     qk_nope_head_dim, qk_rope_head_dim, v_head_dim)``, ``q_lora_rank`` 0 for none.
     """
@@ -104,6 +106,7 @@ class ModelSpec:
     embed_proj: int = 0
     qk_norm: bool = False
     final_norm: bool = True
+    vocab_multiple: int = 0
     mla: tuple[int, int, int, int, int] | None = None
 
     def __post_init__(self) -> None:
@@ -269,7 +272,7 @@ def spec_of_series_model(cfg: Any, name: str = "series Transformer") -> ModelSpe
     bias), an untied output head over the padded vocabulary, no biases on the kernels."""
     return ModelSpec(
         name, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_heads, cfg.d_ff, cfg.padded_vocab,
-        head_dim=cfg.head_dim, mlp_matrices=2, norm_vectors=2, family="series",
+        head_dim=cfg.head_dim, mlp_matrices=2, norm_vectors=2, family="series", vocab_multiple=1,
     )  # fmt: skip
 
 
