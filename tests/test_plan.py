@@ -152,7 +152,7 @@ def test_the_table_states_the_margin_the_bound_and_the_expected_mfu() -> None:
     out = _cli("--config", "llama3-8b", "--dp", "8", "--zero", "3", "--hardware", "h100")
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert "fits" in text and "with the margin (x1.3" in text
+    assert "fits" in text and "with the margin (x1.5" in text
     assert "MFU               bound" in text and "expected" in text
     assert "axis dp" in text
 

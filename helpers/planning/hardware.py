@@ -12,20 +12,22 @@ every collective the planner counts.
 ``(M-1)/M`` of the array (``"hierarchical"``: reduce inside the node first, the scaling
 book's idealised two-level model, GPU chapter "Cross-node collectives") or ``(N-1)/N`` of it
 (``"flat"``: one ring through all ``N`` GPUs). The planner's default is **flat**, because
-that is what NCCL runs for the all-gathers and reduce-scatters that ZeRO and FSDP send: its
-ring algorithm is the only one it has for them (the tree and CollNet algorithms serve
-all-reduce), and its own cost model prices a ring at ``nbytes x (nRanks-1)/nRanks`` over a
-bus bandwidth set by the inter-node speed (``ncclTopoTuneModel`` in NVIDIA/nccl
-``src/graph/tuning.cc``: ``ratio = nRanks / nsteps`` with ``nsteps = nRanks - 1``). The two
-differ only when few nodes are spanned (2 nodes: 15/16 against 1/2 of the array);
+that is what NCCL runs for the all-gathers and reduce-scatters that ZeRO and FSDP send:
+its tuning model tunes only the ring algorithm for them (the tree and CollNet algorithms
+serve all-reduce) and prices a ring at ``nbytes x (nRanks-1)/nRanks`` over a bus bandwidth
+set by the inter-node speed (``ncclTopoTuneModel`` in NVIDIA/nccl ``src/graph/tuning.cc``
+at 01afd20a: ``ratio = nRanks / nsteps`` with ``nsteps = nRanks - 1``; later versions add
+NVLink SHARP and a one-GPU-per-node algorithm for special cases). The two models differ
+only when few nodes are spanned (2 nodes: 15/16 against 1/2 of the array);
 ``--cross-node hierarchical`` chooses the book's.
 
 **MAMF.** Stas Bekman's measured "Maximum Achievable Matmul FLOPS" table
 (github.com/stas00/ml-engineering, ``compute/accelerator/README.md``), the best of a
 brute-force search over matmul shapes: A100 SXM 271.2 of 312 TFLOPS, H100 SXM 794.5 of 989
 ("H200 is the same"), B200 1745 of 2250, MI300X 781.9 of 1307 (ROCm 6.2; a later run
-measured 668.4). No real step's matmuls run faster, so the planner's bound uses it; the
-MFU is still counted against the datasheet peak, as every published MFU is. Where no
+measured 668.4). It is the best rate that search found on the chip, so the planner's bound
+runs every matmul at it rather than at a datasheet peak no matmul reaches; the MFU is still
+counted against the datasheet peak, as every published MFU is. Where no
 measurement is published (V100, TPUs) the peak stands in, and the plan says so.
 """
 
@@ -135,9 +137,11 @@ HARDWARE: dict[str, Hardware] = {
     "mi300x": Hardware(
         "MI300X", 1307.4e12, 192e9, 448e9, 8, 8 * cost_model.IB_NDR_400,
         "AMD Instinct MI300X datasheet: 1,307.4 TFLOPS bf16 dense, 192 GB HBM3 at 5.3 TB/s, "
-        "7 Infinity Fabric links of 64 GB/s each way to the 7 peers (448 GB/s, reached only "
-        "when all peers are sent to at once); 8 GPUs and 8x 400 Gb/s NICs per node (AMD's "
-        f"MI300X platform); {_MAMF}: 781.9 TFLOPS (ROCm 6.2)",
+        "7 Infinity Fabric links of 64 GB/s each way to the 7 peers (896 GB/s both ways in "
+        "all; 448 each way, reached only when all peers are sent to at once); 8 GPUs a node "
+        "and, assumed, one 400 Gb/s NIC per GPU (the rail network of AMD's MI3XX cluster "
+        "reference design, instinct.docs.amd.com; the platform leaves NICs to the server "
+        f"maker); {_MAMF}: 781.9 TFLOPS (ROCm 6.2)",
         matmul_flops=781.9e12, hbm_bw=5.3e12,
     ),
     # TPUs: the scaling book's TPU chapter (jax-ml.github.io/scaling-book/tpus), its table of

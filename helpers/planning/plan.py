@@ -90,7 +90,9 @@ JSON_KEYS: dict[str, str] = {
     "time_breakdown": "the step time's parts: compute, waits, data-parallel waits, pipeline "
     "bubble, optimizer step",
     "step_time_s": "estimated seconds per step, a lower bound",
-    "mfu": "the MFU bound: PaLM's model FLOPs per step / (step_time_s x devices x peak)",
+    "mfu": "the MFU bound: PaLM's model FLOPs per step / (step_time_s x devices x peak); "
+    "PaLM counts the whole score matrix while fused attention skips its masked half, so at "
+    "very long sequences the bound can pass the share of the peak the chip computes",
     "mfu_expected": "the bound times the factor fitted on published runs (None without them)",
     "mfu_error": "the largest leave-one-out relative miss of that fit",
     "tokens_per_step": "tokens in one step over all devices",
@@ -261,7 +263,10 @@ def format_plan(p: Plan) -> str:
         if p.mfu_expected is not None
         else "no expected MFU (no published runs)"
     )
-    rows.append(f"MFU               bound {p.mfu:.1%} (no real step is faster); {expected}")
+    rows.append(
+        f"MFU               bound {p.mfu:.1%} (matmuls at the chip's best measured rate, "
+        f"waits as counted above); {expected}"
+    )
     rows += [f"note: {n}" for n in p.notes]
     return "\n".join(rows)
 
