@@ -369,3 +369,14 @@ def test_plan_errors_are_value_errors() -> None:
     with pytest.raises(PlanError, match="--tp"):
         plan_model("llama3-8b", tp=64)  # 32 query heads
     assert main(["--config", "llama3-8b"]) == 0
+
+
+def test_expert_parallelism_across_nodes_prices_the_dispatch_by_nodes_touched() -> None:
+    ds = model_from_hf_config(FAMILY_CONFIGS["deepseek"][0])
+    best = plan_model(ds, ep=16, zero=1, grad_accum=4)  # 16 GPUs: ep crosses 2 nodes
+    spread = plan_model(ds, ep=16, zero=1, grad_accum=4, moe_nodes_per_token=0)
+    assert best.crossing_axes == ["ep"]
+    assert spread.exposed_seconds_per_step["ep"] > best.exposed_seconds_per_step["ep"] > 0
+    assert (
+        best.per_device_bytes["params"] < plan_model(ds, dp=16, zero=1).per_device_bytes["params"]
+    )

@@ -137,7 +137,7 @@ def _check_choices(layout: Layout) -> None:
             "--sequence-parallel needs --tp > 1: it splits the norm and dropout regions over "
             "the tensor-parallel group."
         )
-    if layout.moe_nodes_per_token < 0:
+    if not layout.moe_nodes_per_token >= 0:  # NaN too
         raise PlanError(f"--moe-nodes-per-token must be >= 0, got {layout.moe_nodes_per_token!r}.")
     if layout.virtual_stages > 1 and layout.pp == 1:
         raise PlanError("--virtual-stages needs --pp > 1: it interleaves pipeline stages.")

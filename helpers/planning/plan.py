@@ -304,6 +304,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"a number >= 0, got {text!r}")
+    return value
+
+
 def _at_least_one(text: str) -> float:
     value = _positive_float(text)
     if value < 1:
@@ -376,7 +386,7 @@ def _add_layout_flags(p: argparse.ArgumentParser) -> None:
         default=128,
         help="pad the vocabulary to a multiple of this x tp (Megatron's 128)",
     )
-    p.add_argument("--moe-nodes-per-token", type=float, default=1.0,
+    p.add_argument("--moe-nodes-per-token", type=_non_negative, default=1.0,
                    help="nodes one token's experts sit on when ep crosses nodes (1: the "
                    "least a balanced router allows; 0: unlimited)")  # fmt: skip
 
