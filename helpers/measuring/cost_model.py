@@ -59,6 +59,11 @@ NCCL's own tuning model counts them (``src/graph/tuning.cc`` in NVIDIA/nccl v2.1
 steps for an all-gather or reduce-scatter and ``2(N-1)`` for an all-reduce). So a small
 message is never free.
 
+**More than rings.** ``group_network`` gives a mesh axis's group its share of a node's
+NICs (each GPU of a DGX has its own), ``all_to_all_time`` prices expert parallelism's
+all-to-all, ``send_time`` a pipeline's point-to-point send: the planner
+(``helpers.planning``) prices every axis with these and ``ring_time``.
+
 **The optimizer step.** Adam reads the parameters, gradients and both moments and writes
 back the parameters and moments: 7 arrays of f32, 28 bytes per parameter, from and to
 HBM. DP does that for every parameter on every device; FSDP for its 1/N (HSDP 1/G).
@@ -259,6 +264,113 @@ def ring_time(kind: str, nbytes: Any, n_devices: int, network: float | Network) 
     """
     intra, inter, latency = _ring_parts(kind, nbytes, n_devices, network)
     return _scalar_or_array(_maximum(intra, inter) + latency)
+
+
+def group_network(network: float | Network, per_node: int) -> Network:
+    """The ``Network`` one collective group sees when it has ``per_node`` members in each
+    node it spans and every GPU of the node runs such a collective at the same time.
+
+    A mesh axis outside others (data parallelism outside tensor parallelism, say) forms
+    ``gpus_per_node / per_node`` groups in each node, side by side; in a rail-optimised
+    node (one NIC per GPU, as in a DGX) each group gets its own ``per_node`` NICs, so its
+    share of the node's egress is ``node_bw x per_node / gpus_per_node`` (the scaling book's
+    "reductions when array is sharded over a separate axis", GPU chapter). One tier, or a
+    group that fills the node: the network unchanged but for its size.
+    """
+    net = as_network(network)
+    if per_node < 1 or int(per_node) != per_node:
+        raise ValueError(f"group_network: per_node must be a whole number >= 1; got {per_node!r}.")
+    if net.node_bw is None:
+        return net
+    share = min(per_node, net.gpus_per_node) / net.gpus_per_node
+    return net._replace(node_bw=net.node_bw * share, gpus_per_node=int(per_node))
+
+
+def all_to_all_time(nbytes_per_device: float, n_devices: int, network: float | Network) -> float:
+    """Seconds for an all-to-all in which each of ``n_devices`` sends its ``nbytes_per_device``
+    buffer, split evenly over every device (its own share stays).
+
+    Inside a node every GPU sends ``(G-1)/N`` of its buffer over NVLink; across ``M`` nodes
+    it sends ``(M-1)/M`` of it through its share of the NICs (``node_bw / G`` per GPU), as
+    the scaling book counts an all-to-all (GPU chapter, "AllToAlls": ``B (M-1) / (M^2
+    W_node)`` for ``B`` bytes over ``M`` nodes, a quarter of an all-gather's bandwidth
+    within one H100 node); it takes the slower of the two, plus NCCL's latency for
+    ``N - 1`` peers. One device: 0.
+    """
+    net = as_network(network)
+    g, m = node_split(n_devices, net)
+    if nbytes_per_device < 0:
+        raise ValueError(f"nbytes_per_device must be >= 0; got {nbytes_per_device}.")
+    n = g * m
+    if n == 1:
+        return 0.0
+    intra = nbytes_per_device * (g - 1) / n / net.gpu_bw
+    inter = 0.0
+    if m > 1:
+        assert net.node_bw is not None  # node_split gives m > 1 only with two tiers
+        inter = nbytes_per_device * (m - 1) / m / (net.node_bw / g)
+    base, hop_in, hop_out = net.latency
+    return float(max(intra, inter) + base + (g - 1) * hop_in + (m - 1) * hop_out)
+
+
+def moe_all_to_all_time(
+    nbytes_per_copy: float,
+    top_k: int,
+    n_devices: int,
+    network: float | Network,
+    *,
+    dedup: bool = True,
+    nodes_per_token: float = 0.0,
+) -> float:
+    """Seconds for a mixture of experts' dispatch (or combine): each device sends ``top_k``
+    copies of its tokens (``nbytes_per_copy`` each) to the experts chosen for them, spread
+    evenly over ``n_devices`` (a balanced router).
+
+    Inside a node the copies cross NVLink: ``top_k x (G-1)/G`` of a copy per GPU. Across
+    ``M`` nodes, ``dedup`` sends each token once to each node that holds one of its experts
+    and forwards it there over NVLink (DeepSeek's DeepEP; the scaling book's MoE all-to-all,
+    GPU chapter "Expert Parallelism", cheaper by ``min(8k/Z, 1)``): a token reaches
+    ``(M-1) x (1 - (1 - 1/M)^top_k)`` other nodes on average (the book's "expected number
+    of distinct outcomes"); without it, all ``top_k x (M-1)/M`` of its remote copies leave
+    the node. ``nodes_per_token`` > 0 says how many nodes a token's experts sit on instead
+    (a router limited to that many nodes, as DeepSeek-V3's is to 4; 1 is the least a
+    balanced router allows): ``nodes_per_token x (M-1)/M`` of a copy leaves the node. Each
+    GPU's share of the NICs is ``node_bw / G``.
+    """
+    net = as_network(network)
+    g, m = node_split(n_devices, net)
+    if nbytes_per_copy < 0 or top_k < 1:
+        raise ValueError(
+            f"nbytes_per_copy must be >= 0 and top_k >= 1; got {nbytes_per_copy}, {top_k}."
+        )
+    if g * m == 1:
+        return 0.0
+    intra = nbytes_per_copy * top_k * (g - 1) / g / net.gpu_bw
+    inter = 0.0
+    if m > 1:
+        assert net.node_bw is not None
+        if not dedup:
+            remote = top_k * (m - 1) / m
+        elif nodes_per_token > 0:
+            remote = min(nodes_per_token, top_k, m) * (m - 1) / m
+        else:
+            remote = (m - 1) * (1 - (1 - 1 / m) ** top_k)
+        inter = nbytes_per_copy * remote / (net.node_bw / g)
+    base, hop_in, hop_out = net.latency
+    return float(max(intra, inter) + base + (g - 1) * hop_in + (m - 1) * hop_out)
+
+
+def send_time(nbytes: float, network: float | Network, *, across_nodes: bool = False) -> float:
+    """Seconds for one point-to-point send of ``nbytes`` (a pipeline stage's activations):
+    over NVLink inside a node, or through one GPU's share of its node's NICs
+    (``node_bw / gpus_per_node``) across nodes, plus NCCL's latency for one hop."""
+    net = as_network(network)
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0; got {nbytes}.")
+    base, hop_in, hop_out = net.latency
+    if across_nodes and net.node_bw is not None:
+        return float(nbytes / (net.node_bw / net.gpus_per_node) + base + hop_out)
+    return float(nbytes / net.gpu_bw + base + hop_in)
 
 
 def optimizer_bytes(

@@ -1,6 +1,10 @@
 """Planning a real model before renting the GPUs (notebook 13).
 
-``plan`` (memory per device, traffic per axis and step time; ``python -m helpers.plan``),
-``calculator`` (the plan as a figure and as an interactive calculator), and ``runs`` (published,
-measured training runs the planner is checked against; standard library only).
+``models`` (the shapes of every ``config.json`` family), ``hardware`` (the accelerators and
+their networks), ``activations`` (Korthikanti et al.'s count), ``layout`` (degrees, settings,
+refusals), ``estimate`` (memory, traffic per axis, step time, MFU bound), ``calibration``
+(the expected MFU, fitted on ``runs``: published, measured training runs, standard library
+only), ``search`` (every layout of a GPU count) and ``plan`` (``plan_model`` and ``python -m
+helpers.plan``); ``calculator`` draws a plan and puts it behind widgets. Everything but the
+calculator runs on the standard library alone.
 """

@@ -1,7 +1,7 @@
 """The planner as a picture and as an interactive calculator (notebook 13).
 
 ``draw_plans`` draws the bytes per device of one or more plans as stacked bars against
-the accelerator's HBM. ``PlanCalculator`` is an ipywidgets box: dropdowns for the model,
+the accelerator's HBM, each with a thin line for the margin that "fits" keeps room for. ``PlanCalculator`` is an ipywidgets box: dropdowns for the model,
 the hardware, the degrees, ZeRO, the micro-batch, the sequence length and remat, a figure
 that is redrawn as a control moves, and one line for the step-time estimate (or for why a
 setting cannot run). Its plain-text form is the same plan as a table, so where no widget
@@ -19,14 +19,15 @@ from matplotlib.figure import Figure
 
 from helpers.planning.plan import HARDWARE, NAMED_MODELS, Plan, PlanError, format_plan, plan_model
 
-PARTS = ("params", "grads", "optimizer", "activations")
-PART_COLORS = {"params": "#4C72B0", "grads": "#DD8452", "optimizer": "#55A868", "activations": "#8172B3"}  # fmt: skip
+PARTS = ("params", "grads", "optimizer", "gathered", "activations")
+PART_COLORS = {"params": "#4C72B0", "grads": "#DD8452", "optimizer": "#55A868",
+               "gathered": "#C44E52", "activations": "#8172B3"}  # fmt: skip
 
 
 def _label(p: Plan) -> str:
     deg = " ".join(f"{a}{d}" for a, d in p.degrees.items() if d > 1) or "1 device"
     label = f"{deg}, ZeRO-{p.zero}, micro-batch {p.micro_batch}"
-    return label + (", remat" if p.remat == "full" else "")
+    return label + (f", remat {p.remat}" if p.remat != "none" else "")
 
 
 def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
@@ -49,11 +50,16 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
             left += gb
     hbm = max(p.hbm_bytes for p in plans) / 1e9
     ax.axvline(hbm, color="black", linestyle="--", linewidth=1.2, label=f"HBM {hbm:.0f} GB")
+    for row, p in enumerate(plans):  # how far the margin reaches past each bar
+        extra = (p.margin - 1) * (p.per_device_bytes["grads"] + p.per_device_bytes["activations"])
+        total = p.per_device_bytes["total"] / 1e9
+        ax.plot([total, total + extra / 1e9], [row, row], color="black", linewidth=1,
+                label="margin" if row == 0 else None)  # fmt: skip
     ax.set_yticks(range(len(plans)), [_label(p) for p in plans])
     ax.invert_yaxis()
     ax.set_xlabel("GB per device (10^9 bytes)")
     fig.suptitle(title or f"{plans[0].model} on {plans[0].hardware}", fontsize=11)
-    fig.legend(loc="outside lower center", fontsize=9, ncols=5, frameon=False)
+    fig.legend(loc="outside lower center", fontsize=9, ncols=4, frameon=False)
     return fig
 
 
@@ -66,7 +72,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "zero": (0, 1, 2, 3),
     "micro_batch": (1, 2, 4, 8),
     "seq": (2048, 4096, 8192),
-    "remat": ("none", "full"),
+    "remat": ("none", "selective", "full"),
 }
 
 
@@ -137,10 +143,13 @@ def _calculator_class() -> type:
             gpus = 1
             for d in result.degrees.values():
                 gpus *= d
-            verdict = "fits" if result.fits else "does not fit"
+            expected = (
+                f", expected {result.mfu_expected:.0%}" if result.mfu_expected is not None else ""
+            )
             self.line.value = (
                 f"{gpus} GPUs; {result.per_device_bytes['total'] / 1e9:.1f} GB per device: "
-                f"{verdict}. Step {result.step_time_s:.2f} s, MFU at most {result.mfu:.0%}."
+                f"{result.memory_verdict} (margin x{result.margin:g}). Step "
+                f"{result.step_time_s:.2f} s, MFU bound {result.mfu:.0%}{expected}."
             )
             fig = draw_plans([result])
             buf = io.BytesIO()

@@ -80,6 +80,10 @@ class PublishedRun:
     mfu_note: str = ""
     assumptions: str = ""
     independent_source: str = ""
+    # Added by the planner (the schema lets it add fields with defaults): how the source's
+    # MFU counts attention's FLOPs, "full" (PaLM's 12 L H Q T, the whole score matrix) or
+    # "causal" (half of it, the causal mask's).
+    attention_flops: str = "full"
 
 
 # ---------------------------------------------------------------------------
@@ -801,6 +805,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         assumptions=_AUTOMODEL_COMMON
         + " Row: GBS 512, MBS 4, LBS 4, GA 16, seq 4096, TP 1, PP 1, CP 1, EP 8, FSDP 8. "
         "Every GPU holds 16 of the 128 experts whole (EP 8 over the 8 FSDP ranks).",
+        attention_flops="causal",
         independent_source="NVIDIA",
     ),
     PublishedRun(
@@ -831,6 +836,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         "layers_per_stage 2: the 61 layers fall unevenly over 4 x 8 = 32 chunks; the split is "
         "not published (pp_layers left empty). The multi-token-prediction layer of "
         "config.json is not built (the model code at that commit has none) and not counted.",
+        attention_flops="causal",
         independent_source="NVIDIA",
     ),
 )

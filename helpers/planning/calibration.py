@@ -1,0 +1,174 @@
+"""From the MFU bound to an expected MFU, calibrated on published training runs.
+
+``helpers.planning.runs`` holds measured runs (each with its citation). For each run that
+trained, ``plan_published_run`` plans the run's own layout, and the ratio of its achieved
+MFU to the planner's bound is what the bound leaves out: matmuls below the best measured
+rate, kernels the bound does not list, collectives below the datasheet bandwidth,
+imperfect overlap. The **expected MFU** is the bound times the geometric mean of those
+ratios; its **error** is the largest leave-one-out miss: for each run, the factor fitted on
+all the others, applied to that run's bound, against what the run achieved.
+
+A run whose source gives hardware FLOP/s that count recomputation carries its conversion
+to model FLOPs in ``mfu_note`` (full recompute runs every forward twice: model FLOPs are
+3/4 of the hardware's).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from helpers.planning.estimate import Plan, estimate
+from helpers.planning.hardware import HARDWARE, HARDWARE_ALIASES, Hardware
+from helpers.planning.layout import Layout, PlanError
+from helpers.planning.models import model_from_hf_config
+
+
+def published_runs() -> tuple[Any, ...]:
+    """``helpers.planning.runs.PUBLISHED_RUNS``, or () where that file is absent."""
+    try:
+        from helpers.planning import runs
+    except ImportError:
+        return ()
+    return tuple(runs.PUBLISHED_RUNS)
+
+
+def run_hardware(run: Any) -> Hardware:
+    key = HARDWARE_ALIASES.get(run.hardware, run.hardware)
+    if key not in HARDWARE:
+        raise PlanError(
+            f"run {run.key}: unknown hardware {run.hardware!r}; one of {sorted(HARDWARE)}."
+        )
+    return HARDWARE[key]
+
+
+def run_layout(run: Any) -> Layout:
+    """The planner's ``Layout`` of a published run.
+
+    Where ``tp x pp x dp x cp`` alone makes up the GPU count and ``ep > 1``, the source
+    carved expert parallelism out of data parallelism (Megatron-LM's convention): the
+    planner's ``dp`` is then ``dp / ep``. The micro-batches per step are the global batch
+    over ``micro_batch x`` the data-parallel ranks.
+    """
+    dp, ep = run.dp, run.ep
+    product = run.tp * run.pp * run.cp * dp * ep
+    if product != run.gpus:
+        if ep > 1 and run.tp * run.pp * run.cp * dp == run.gpus and dp % ep == 0:
+            dp //= ep
+        else:
+            raise PlanError(f"run {run.key}: the degrees make {product} GPUs, not {run.gpus}.")
+    ranks = dp * ep * run.micro_batch
+    if run.global_batch % ranks:
+        raise PlanError(
+            f"run {run.key}: global batch {run.global_batch} is not a multiple of micro-batch "
+            f"x data-parallel ranks ({ranks})."
+        )
+    precision = "f32" if str(run.precision).startswith(("fp32", "f32")) else "mixed"
+    return Layout(
+        pp=run.pp, dp=dp, ep=ep, cp=run.cp, tp=run.tp, zero=run.zero,
+        micro_batch=run.micro_batch, grad_accum=run.global_batch // ranks, seq=run.seq,
+        remat=run.remat, flash_attention=run.flash_attention,
+        sequence_parallel=run.sequence_parallel if run.tp > 1 else False,
+        virtual_stages=run.virtual_stages, pp_layers=tuple(run.pp_layers),
+        precision=precision, grad_dtype=getattr(run, "grad_dtype", "bf16"),
+        keep_gathered=getattr(run, "keep_gathered", False),
+    )  # fmt: skip
+
+
+def plan_published_run(run: Any) -> Plan:
+    """The planner's plan of a published run's own layout (no expected MFU)."""
+    model = model_from_hf_config(run.model, run.key)
+    return estimate(model, run_hardware(run), run_layout(run))
+
+
+def bound_as_published(run: Any, plan: Plan | None = None) -> float:
+    """The planner's MFU bound for ``run``, counted the way the run's source counts MFU:
+    PaLM's full score matrix (the planner's own convention), or its causal half where the
+    run says ``attention_flops == "causal"``."""
+    plan = plan or plan_published_run(run)
+    if getattr(run, "attention_flops", "full") != "causal":
+        return plan.mfu
+    model = model_from_hf_config(run.model, run.key)
+    return (
+        plan.mfu
+        * model.model_flops_per_token(run.seq, causal=True)
+        / (model.model_flops_per_token(run.seq))
+    )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The factor from bound to expected MFU and how well it predicts, leave-one-out."""
+
+    factor: float  # geometric mean of achieved / bound
+    error: float  # the largest leave-one-out relative miss
+    rms_error: float
+    runs: tuple[str, ...]
+    loo: dict[str, float]  # run key -> its leave-one-out expected MFU
+    bounds: dict[str, float]
+    achieved: dict[str, float]
+
+    def note(self) -> str:
+        return (
+            f"expected = bound x {self.factor:.3f}, the geometric mean of achieved / bound over "
+            f"{len(self.runs)} published runs (helpers.planning.runs); the largest leave-one-out "
+            f"miss was {self.error:.0%} (rms {self.rms_error:.0%})"
+        )
+
+
+def calibrate(runs: tuple[Any, ...]) -> Calibration | None:
+    """Fit the factor on the runs that trained and published an MFU; None with fewer than 3."""
+    bounds, achieved = {}, {}
+    for run in runs:
+        if run.outcome != "trained" or not run.achieved_mfu:
+            continue
+        bounds[run.key] = bound_as_published(run)
+        achieved[run.key] = float(run.achieved_mfu)
+    keys = tuple(bounds)
+    if len(keys) < 3:
+        return None
+    logs = {k: math.log(achieved[k] / bounds[k]) for k in keys}
+    factor = math.exp(sum(logs.values()) / len(keys))
+    loo, misses = {}, []
+    for k in keys:
+        others = [logs[o] for o in keys if o != k]
+        loo[k] = bounds[k] * math.exp(sum(others) / len(others))
+        misses.append(achieved[k] / loo[k] - 1)
+    error = max(abs(e) for e in misses)
+    rms = math.sqrt(sum(e * e for e in misses) / len(misses))
+    return Calibration(factor, error, rms, keys, loo, bounds, achieved)
+
+
+def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
+    """One row per published run: its key, name, source, outcome, achieved MFU, the planner's
+    bound (in the run's own MFU convention), its leave-one-out expected MFU, the memory
+    verdict, and the bound's ratio to the achieved MFU."""
+    runs = published_runs() if runs is None else runs
+    cal = calibrate(runs)
+    rows = []
+    for run in runs:
+        plan = plan_published_run(run)
+        bound = bound_as_published(run, plan)
+        achieved = run.achieved_mfu
+        rows.append({
+            "key": run.key, "name": run.name, "source": run.source, "outcome": run.outcome,
+            "hardware": run.hardware, "achieved": achieved, "bound": bound,
+            "expected": cal.loo.get(run.key) if cal else None,
+            "memory_verdict": plan.memory_verdict,
+            "ratio": bound / achieved if achieved else None,
+        })  # fmt: skip
+    return rows
+
+
+@functools.lru_cache(maxsize=1)
+def default_calibration() -> Calibration | None:
+    """``calibrate`` on every published run (computed once per process)."""
+    return calibrate(published_runs())
+
+
+__all__ = [
+    "Calibration", "bound_as_published", "calibrate", "default_calibration", "plan_published_run", "published_runs",
+    "run_hardware", "run_layout", "runs_table",
+]  # fmt: skip

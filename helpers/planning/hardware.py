@@ -1,0 +1,211 @@
+"""The accelerators the planner knows, each with its sources, and the network between them.
+
+A ``Hardware`` holds what the planner's time model reads: the dense bf16 peak (the MFU's
+denominator), the fastest matmul ever measured on the chip (its *MAMF*, the bound's
+compute rate), HBM size and bandwidth, and two tiers of network: ``link_bw`` per device
+one way inside a node (NVLink, Infinity Fabric, or one TPU ICI axis), and ``node_bw`` out of
+a whole node across nodes (the sum of its NICs), or None for one tier (a TPU pod's ICI).
+``network()`` hands those to ``helpers.measuring.cost_model`` as a ``Network``, which prices
+every collective the planner counts.
+
+**Across nodes, which model.** A collective over ``M`` nodes sends out of each node either
+``(M-1)/M`` of the array (``"hierarchical"``: reduce inside the node first, the scaling
+book's idealised two-level model, GPU chapter "Cross-node collectives") or ``(N-1)/N`` of it
+(``"flat"``: one ring through all ``N`` GPUs). The planner's default is **flat**, because
+that is what NCCL runs for the all-gathers and reduce-scatters that ZeRO and FSDP send:
+its tuning model tunes only the ring algorithm for them (the tree and CollNet algorithms
+serve all-reduce) and prices a ring at ``nbytes x (nRanks-1)/nRanks`` over a bus bandwidth
+set by the inter-node speed (``ncclTopoTuneModel`` in NVIDIA/nccl ``src/graph/tuning.cc``
+at 01afd20a: ``ratio = nRanks / nsteps`` with ``nsteps = nRanks - 1``; later versions add
+NVLink SHARP and a one-GPU-per-node algorithm for special cases). The two models differ
+only when few nodes are spanned (2 nodes: 15/16 against 1/2 of the array);
+``--cross-node hierarchical`` chooses the book's.
+
+**MAMF.** Stas Bekman's measured "Maximum Achievable Matmul FLOPS" table
+(github.com/stas00/ml-engineering, ``compute/accelerator/README.md``), the best of a
+brute-force search over matmul shapes: A100 SXM 271.2 of 312 TFLOPS, H100 SXM 794.5 of 989
+("H200 is the same"), B200 1745 of 2250, MI300X 781.9 of 1307 (ROCm 6.2; a later run
+measured 668.4). It is the best rate that search found on the chip, so the planner's bound
+runs every matmul at it rather than at a datasheet peak no matmul reaches; the MFU is still
+counted against the datasheet peak, as every published MFU is. Where no
+measurement is published (V100, TPUs) the peak stands in, and the plan says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from helpers.measuring import cost_model
+
+CROSS_NODE = cost_model.CROSS_NODE
+DEFAULT_CROSS_NODE = "flat"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator and its node: dense bf16 peak and measured matmul rate (FLOP/s),
+    HBM (bytes, bytes/s), one-way bandwidth per device inside a node (``link_bw``, over
+    ``per_node`` devices) and out of a node (``node_bw``: all its NICs; None: one tier),
+    NCCL-style latencies, and the sources of every figure."""
+
+    name: str
+    peak_flops: float
+    hbm_bytes: float
+    link_bw: float
+    per_node: int
+    node_bw: float | None
+    source: str
+    matmul_flops: float = 0.0
+    hbm_bw: float = 2e12
+    latency: tuple[float, float, float] = cost_model.NCCL_RING_LATENCY
+    cross_node: str = DEFAULT_CROSS_NODE
+    max_devices: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.matmul_flops:
+            object.__setattr__(self, "matmul_flops", self.peak_flops)
+        for key in ("peak_flops", "hbm_bytes", "link_bw", "hbm_bw", "matmul_flops"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"Hardware: {key} must be > 0, got {getattr(self, key)!r}.")
+        if self.node_bw is not None and not self.node_bw > 0:
+            raise ValueError(f"Hardware: node_bw must be > 0 or None, got {self.node_bw!r}.")
+        if self.cross_node not in CROSS_NODE:
+            raise ValueError(f"Hardware: cross_node must be one of {CROSS_NODE}.")
+
+    @property
+    def network_bw(self) -> float:
+        """One device's share of the node's egress (the old single figure)."""
+        return self.node_bw / self.per_node if self.node_bw else self.link_bw
+
+    def network(self) -> cost_model.Network:
+        """The two tiers, as ``helpers.measuring.cost_model`` prices collectives on them."""
+        return cost_model.Network(
+            self.link_bw, self.node_bw, self.per_node, self.latency, self.cross_node
+        )
+
+
+def _peak(kind: str) -> float:
+    found = cost_model.peak_flops(kind)
+    assert found is not None
+    return found[1]
+
+
+_MAMF = "MAMF: github.com/stas00/ml-engineering compute/accelerator/README.md"
+_DGX_H100 = "DGX H100/H200: 8 GPUs, 8x 400 Gb/s ConnectX-7 (400 GB/s out of a node)"
+
+HARDWARE: dict[str, Hardware] = {
+    "h100": Hardware(
+        "H100 SXM", _peak("H100"), 80e9, cost_model.NVLINK4, 8, cost_model.DGX_H100_NODE,
+        "NVIDIA H100 datasheet: 1,979 TFLOPS bf16 with sparsity (989 dense), 80 GB HBM3 at "
+        f"3.35 TB/s, NVLink 900 GB/s (450 each way); {_DGX_H100}; {_MAMF}: 794.5 TFLOPS",
+        matmul_flops=794.5e12, hbm_bw=cost_model.HBM_BANDWIDTH["H100 SXM"],
+    ),
+    "h200": Hardware(
+        "H200 SXM", _peak("H200"), 141e9, cost_model.NVLINK4, 8, cost_model.DGX_H100_NODE,
+        "NVIDIA H200 datasheet: 1,979 TFLOPS bf16 with sparsity (989 dense), 141 GB HBM3e at "
+        f"4.8 TB/s, NVLink 900 GB/s; {_DGX_H100}; {_MAMF}: 'H200 is the same' as H100, 794.5",
+        matmul_flops=794.5e12, hbm_bw=cost_model.HBM_BANDWIDTH["H200 SXM"],
+    ),
+    "a100-80gb": Hardware(
+        "A100 SXM 80GB", _peak("A100"), 80e9, cost_model.NVLINK3, 8, 8 * 25e9,
+        "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, 80 GB HBM2e at 2,039 GB/s, NVLink 600 "
+        f"GB/s (300 each way); DGX A100: 8x 200 Gb/s HDR InfiniBand (200 GB/s out); {_MAMF}: "
+        "271.2 TFLOPS",
+        matmul_flops=271.2e12, hbm_bw=cost_model.HBM_BANDWIDTH["A100"],
+    ),
+    "a100-40gb": Hardware(
+        "A100 SXM 40GB", _peak("A100"), 40e9, cost_model.NVLINK3, 8, 8 * 25e9,
+        "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, 40 GB HBM2 at 1,555 GB/s, NVLink 600 "
+        f"GB/s; DGX A100 (40 GB): 8x 200 Gb/s HDR InfiniBand; {_MAMF}: A100 SXM 271.2 TFLOPS",
+        matmul_flops=271.2e12, hbm_bw=1.555e12,
+    ),
+    "v100": Hardware(
+        "V100 SXM2 32GB", 125e12, 32e9, 150e9, 8, 4 * 12.5e9,
+        "NVIDIA V100 datasheet: 125 TFLOPS fp16 tensor (Volta has no bf16), 32 GB HBM2 at "
+        "900 GB/s, NVLink 300 GB/s (150 each way); DGX-1: 8 GPUs, 4x 100 Gb/s EDR InfiniBand; "
+        "no published MAMF: the peak stands in",
+        hbm_bw=900e9,
+    ),
+    "b200": Hardware(
+        "B200", 2.25e15, 180e9, 900e9, 8, 8 * cost_model.IB_NDR_400,
+        "NVIDIA DGX B200 datasheet: 72 PFLOPS FP8 training for 8 GPUs (2.25 PFLOPS dense bf16 "
+        "each, the scaling book's GPU table), 1,440 GB HBM3e (180 GB each) at 64 TB/s, NVLink 5 "
+        "1.8 TB/s (900 GB/s each way), 8x 400 Gb/s ConnectX-7 (400 GB/s out, the scaling book's "
+        f"node egress); {_MAMF}: 1,745 TFLOPS",
+        matmul_flops=1745e12, hbm_bw=8e12,
+    ),
+    "mi300x": Hardware(
+        "MI300X", 1307.4e12, 192e9, 448e9, 8, 8 * cost_model.IB_NDR_400,
+        "AMD Instinct MI300X datasheet: 1,307.4 TFLOPS bf16 dense, 192 GB HBM3 at 5.3 TB/s, "
+        "7 Infinity Fabric links of 64 GB/s each way to the 7 peers (896 GB/s both ways in "
+        "all; 448 each way, reached only when all peers are sent to at once); 8 GPUs a node "
+        "and, assumed, one 400 Gb/s NIC per GPU (the rail network of AMD's MI3XX cluster "
+        "reference design, instinct.docs.amd.com; the platform leaves NICs to the server "
+        f"maker); {_MAMF}: 781.9 TFLOPS (ROCm 6.2)",
+        matmul_flops=781.9e12, hbm_bw=5.3e12,
+    ),
+    # TPUs: the scaling book's TPU chapter (jax-ml.github.io/scaling-book/tpus), its table of
+    # chips (bf16 FLOP/s, HBM, HBM bandwidth) and of ICI bandwidth: one mesh axis with a
+    # wraparound ring runs at the *bidirectional* figure. A pod is one tier of ICI.
+    "tpu-v5p": Hardware(
+        "TPU v5p", 459e12, 95e9, 1.8e11, 8960, None,
+        "cloud.google.com/tpu/docs/v5p: 459 TFLOPS bf16, 95 GB HBM2e; the scaling book's TPU "
+        "chapter: 2.8e12 B/s HBM, ICI 9e10 B/s one way per link, 1.8e11 bidirectional per "
+        "axis, 8,960 chips per pod (16x20x28); no published MAMF: the peak stands in",
+        hbm_bw=2.8e12, latency=(1e-6, 1e-6, 1e-6), max_devices=8960,
+    ),
+    "tpu-v5e": Hardware(
+        "TPU v5e", 197e12, 16e9, 9e10, 256, None,
+        "the scaling book's TPU chapter: 1.97e14 bf16 FLOP/s, 16 GB HBM at 8.1e11 B/s, ICI "
+        "4.5e10 B/s one way per link (9e10 bidirectional per axis), 16x16 pods; no published "
+        "MAMF: the peak stands in",
+        hbm_bw=8.1e11, latency=(1e-6, 1e-6, 1e-6), max_devices=256,
+    ),
+    "tpu-v6e": Hardware(
+        "TPU v6e (Trillium)", 918e12, 32e9, 1.8e11, 256, None,
+        "cloud.google.com/tpu/docs/v6e: 918 TFLOPS bf16, 32 GB HBM at 1.6 TB/s; the scaling "
+        "book's TPU chapter: ICI 9e10 B/s one way per link (1.8e11 bidirectional per axis), "
+        "16x16 pods; no published MAMF: the peak stands in",
+        hbm_bw=1.6e12, latency=(1e-6, 1e-6, 1e-6), max_devices=256,
+    ),
+}  # fmt: skip
+
+#: Old or short names for the entries above.
+HARDWARE_ALIASES: dict[str, str] = {"a100": "a100-80gb", "h100-sxm": "h100", "v5p": "tpu-v5p"}
+
+
+def hardware_with(
+    hardware: Hardware,
+    *,
+    link_bw: float | None = None,
+    node_bw: float | None = None,
+    per_node: int | None = None,
+    matmul_flops: float | None = None,
+    cross_node: str | None = None,
+) -> Hardware:
+    """``hardware`` with some figures replaced (a cluster with fewer NICs, a measured
+    all-reduce bandwidth, a measured matmul rate); the source says what changed.
+
+    Raises:
+      ValueError: a figure that is not positive, or an unknown ``cross_node``.
+    """
+    changes = {
+        k: v
+        for k, v in dict(
+            link_bw=link_bw, node_bw=node_bw, per_node=per_node, matmul_flops=matmul_flops,
+            cross_node=cross_node,
+        ).items()
+        if v is not None
+    }  # fmt: skip
+    if not changes:
+        return hardware
+    said = ", ".join(
+        f"{k}={v:.4g}" if not isinstance(v, str) else f"{k}={v}" for k, v in changes.items()
+    )
+    return replace(hardware, **changes, source=f"{hardware.source}; set here: {said}")
+
+
+__all__ = [
+    "DEFAULT_CROSS_NODE", "HARDWARE", "HARDWARE_ALIASES", "Hardware",
+    "hardware_with",
+]  # fmt: skip

@@ -1,0 +1,66 @@
+"""``--search``: every layout of a GPU count, each once at its best setting, ranked by the MFU
+bound among those that fit with the margin (issue 39, item 10)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from helpers.planning.hardware import HARDWARE
+from helpers.planning.layout import PlanError
+from helpers.planning.models import NAMED_MODELS
+from helpers.planning.search import default_global_batch, format_search, search_layouts
+
+
+@pytest.fixture(scope="module")
+def ranking():
+    start = time.perf_counter()
+    result = search_layouts(NAMED_MODELS["llama3-70b"], HARDWARE["h100"], 64, top=10)
+    return result, time.perf_counter() - start
+
+
+def test_the_search_is_fast_and_lists_each_layout_once(ranking) -> None:
+    result, took = ranking
+    assert took < 10
+    keys = [tuple(p.degrees.values()) for p in result.plans]
+    assert len(keys) == len(set(keys)) == 10
+    assert all(p.fits for p in result.plans)
+    bounds = [p.mfu for p in result.plans]
+    assert bounds == sorted(bounds, reverse=True)
+    assert result.planned > 500 and result.global_batch == default_global_batch(64, 4096) == 256
+
+
+def test_every_plan_does_the_same_work(ranking) -> None:
+    result, _ = ranking
+    assert {p.tokens_per_step for p in result.plans} == {256 * 4096}
+
+
+def test_with_node_egress_and_no_margin_the_70b_winner_has_no_pipeline() -> None:
+    """The issue's finding: on 64 H100s at a million tokens a step, with every plan allowed to
+    fill HBM (margin 1), tensor parallelism inside a node and ZeRO-3 over the rest beat any
+    pipeline once the NICs count at 400 GB/s a node."""
+    result = search_layouts(NAMED_MODELS["llama3-70b"], HARDWARE["h100"], 64, margin=1.0)
+    best = result.plans[0]
+    assert best.degrees == {"pp": 1, "dp": 32, "ep": 1, "cp": 1, "tp": 2} and best.zero == 3
+    assert best.crossing_axes == ["dp"]
+    assert format_search(result).splitlines()[2].startswith("dp32 tp2")
+
+
+def test_the_margin_moves_the_ranking_to_layouts_with_room_to_spare(ranking) -> None:
+    """With the default margin (room for 1.5x the counted gradients and activations) that
+    layout's 46 GB of activations no longer fit; the winner holds less."""
+    result, _ = ranking
+    best = result.plans[0]
+    assert (best.degrees["dp"], best.degrees["tp"], best.zero) != (32, 2, 3)
+    assert all(
+        p.per_device_bytes["total"]
+        + 0.5 * (p.per_device_bytes["grads"] + p.per_device_bytes["activations"])
+        <= p.hbm_bytes
+        for p in result.plans
+    )
+
+
+def test_a_search_that_nothing_fits_says_so() -> None:
+    with pytest.raises(PlanError, match="no layout"):
+        search_layouts(NAMED_MODELS["llama3-405b"], HARDWARE["h100"], 8)
