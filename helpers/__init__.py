@@ -123,6 +123,7 @@ from helpers.parallelism.schedules import (
     WEIGHT_GRAD,
     Op,
     PipelineSchedule,
+    Timeline,
     bubble_fraction,
     dualpipe_table,
     executor_tables,
@@ -134,6 +135,7 @@ from helpers.parallelism.schedules import (
     one_f_one_b_table,
     simulate,
     stage_layout,
+    timeline,
     zero_bubble_table,
 )
 from helpers.placing.devices import make_mesh, mesh_shape_for, use_simulated_devices
@@ -412,6 +414,7 @@ __all__ = [
     "WEIGHT_GRAD",
     "Op",
     "PipelineSchedule",
+    "Timeline",
     "bubble_fraction",
     "dualpipe_table",
     "executor_tables",
@@ -423,6 +426,7 @@ __all__ = [
     "one_f_one_b_table",
     "simulate",
     "stage_layout",
+    "timeline",
     "zero_bubble_table",
     # measuring/measure
     "CollectiveOp",
