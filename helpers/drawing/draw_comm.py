@@ -272,7 +272,10 @@ def _table_title(s: PipelineSchedule, tl: Timeline | None, dropped: bool) -> str
         kinds = "solid: forward, hatched: input gradient (B), outlined: weight gradient (W)"
     chunks = "; the letter is the device's model chunk" if s.n_chunks > 1 else ""
     number = "the number is the micro-batch" + (", where it fits" if dropped else "")
-    return f"{head}\n({kinds}; {number}{chunks}; pale grey: idle)"
+    key = f"({kinds}; {number}{chunks}; pale grey: idle)"
+    if len(key) > 95:  # two lines rather than one wider than the figure
+        key = f"({kinds};\n{number}{chunks}; pale grey: idle)"
+    return f"{head}\n{key}"
 
 
 def _draw_cell(
@@ -309,12 +312,13 @@ def _draw_table(
                          f"schedule's length, {length:g}.")  # fmt: skip
     span = length if span is None else float(span)
     devs = _devices_for(S, stage_devices, "draw_pipeline_schedule")
-    if ax is None:
-        ax = _new_figure((min(15.0, 1.8 + 0.3 * T), 1.5 + 0.42 * S)).add_subplot()
+    if ax is None:  # at least 8.5 inches: the title's key is that long
+        ax = _new_figure((max(8.5, min(15.0, 1.8 + 0.3 * T)), 1.5 + 0.42 * S)).add_subplot()
     ax.set_xlim(0, span)
     ax.set_ylim(S, 0)
     w_pt, h_pt = _axes_size_pt(ax)
     unit_pt, row_pt = w_pt / max(span, 1e-9), h_pt / S
+    n_labels = max(2, int(w_pt // 30))  # tick labels 9 pt wide apart
     dropped = False
     for d in range(S):
         face = device_color(devs[d])
@@ -341,12 +345,13 @@ def _draw_table(
     ax.set_yticks([d + 0.5 for d in range(S)])
     ax.set_yticklabels([f"dev {dv}" for dv in devs], fontsize=_MIN_PT)
     if tl is None:
-        step = max(1, int(np.ceil(span / 20)))
+        step = max(1, int(np.ceil(span / n_labels)))
         ax.set_xticks([t + 0.5 for t in range(0, int(np.ceil(span)), step)])
         ax.set_xticklabels([str(t) for t in range(0, int(np.ceil(span)), step)], fontsize=_MIN_PT)
-        ax.set_xlabel("tick (one operation of one micro-batch per device)", fontsize=_MIN_PT)
+        ax.set_xlabel("tick (one operation per device, whatever it costs: not to scale in time)",
+                      fontsize=_MIN_PT)  # fmt: skip
     else:
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=12))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=max(2, n_labels // 2)))
         ax.tick_params(axis="x", labelsize=_MIN_PT)
         costs = ", ".join(f"{k} = {v:g}" for k, v in tl.durations.items()
                           if k != "W" or (s.phase == WEIGHT_GRAD).any())  # fmt: skip
