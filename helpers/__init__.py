@@ -142,6 +142,7 @@ _LAZY_MODULES = {
         "WEIGHT_GRAD",
         "Op",
         "PipelineSchedule",
+        "Timeline",
         "bubble_fraction",
         "dualpipe_table",
         "executor_tables",
@@ -153,6 +154,7 @@ _LAZY_MODULES = {
         "one_f_one_b_table",
         "simulate",
         "stage_layout",
+        "timeline",
         "zero_bubble_table",
     ),
     "helpers.placing.devices": (
@@ -494,6 +496,7 @@ __all__ = [
     "WEIGHT_GRAD",
     "Op",
     "PipelineSchedule",
+    "Timeline",
     "bubble_fraction",
     "dualpipe_table",
     "executor_tables",
@@ -505,6 +508,7 @@ __all__ = [
     "one_f_one_b_table",
     "simulate",
     "stage_layout",
+    "timeline",
     "zero_bubble_table",
     # measuring/measure
     "CollectiveOp",

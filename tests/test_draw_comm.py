@@ -101,3 +101,51 @@ def test_pipeline_schedule_rejects_bad_input():
         draw_pipeline_schedule(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="stage_devices has 1 entries for 2 stages"):
         draw_pipeline_schedule(gpipe_schedule(2, 2), stage_devices=[0])
+
+
+def test_pipeline_tables_share_a_scale_and_print_no_text_under_9pt():
+    from helpers.parallelism.schedules import (
+        interleaved_table,
+        one_f_one_b_table,
+        zero_bubble_table,
+    )
+
+    fig, axes = plt.subplots(2, 1, figsize=(12, 8))
+    split, zb = one_f_one_b_table(8, 8, split_backward=True), zero_bubble_table(8, 8)
+    for ax, s in zip(axes, (split, zb), strict=True):
+        draw_pipeline_schedule(s, ax=ax, span=split.ticks)
+    assert axes[0].get_xlim() == axes[1].get_xlim() == (0, split.ticks) and zb.ticks < split.ticks
+    with pytest.raises(ValueError, match="span"):
+        draw_pipeline_schedule(split, ax=axes[0], span=zb.ticks)
+    plt.close(fig)
+    # 46 ticks on 15 inches: every cell's number at 9 pt or more
+    ax = draw_pipeline_schedule(interleaved_table(8, 8, 2))
+    assert ax.texts and all(t.get_fontsize() >= 9 for t in ax.texts)
+    assert "where it fits" not in ax.get_title()
+    plt.close(ax.figure)
+    # too narrow for 9 pt: the numbers are left out, and the title says so
+    fig, ax = plt.subplots(figsize=(4, 3))
+    draw_pipeline_schedule(interleaved_table(8, 8, 2), ax=ax)
+    assert all(t.get_fontsize() >= 9 for t in ax.texts) and "where it fits" in ax.get_title()
+    plt.close(fig)
+
+
+def test_in_flight_draws_one_strip_per_device_and_says_when_it_was_recorded():
+    from helpers.drawing.draw_comm import draw_in_flight
+    from helpers.parallelism.schedules import gpipe_table, in_flight, one_f_one_b_table
+
+    g, o = gpipe_table(4, 8), one_f_one_b_table(4, 8)
+    fig = draw_in_flight([g, o], recorded=[in_flight(g), in_flight(o)])
+    assert len(fig.axes) == 8  # 4 devices x 2 schedules
+    lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.lines}
+    assert lines["in_flight:1F1B:device=3"].get_ydata().max() == 1  # the last stage holds one
+    assert "recorded" in fig._suptitle.get_text()
+    assert all(t.get_fontsize() >= 9 for ax in fig.axes for t in ax.texts)
+    plt.close(fig)
+    fig = draw_in_flight([g])
+    assert "from the table" in fig._suptitle.get_text()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="grid of"):
+        draw_in_flight([g, o], axes=[fig.axes[0]])
+    with pytest.raises(ValueError, match="same number of devices"):
+        draw_in_flight([g, gpipe_table(2, 2)])
