@@ -20,6 +20,7 @@ exercise checks and deliberate errors, ``cli.py`` what every command line shares
 """
 
 from helpers.cluster.checkpoint import (
+    PausedSaves,
     SavedArray,
     checkpoint_files,
     failing_writes,
@@ -56,7 +57,12 @@ from helpers.drawing.draw import (
     draw_sharding,
     draw_strategy_guide,
 )
-from helpers.drawing.draw_comm import draw_collective, draw_in_flight, draw_pipeline_schedule
+from helpers.drawing.draw_comm import (
+    draw_collective,
+    draw_in_flight,
+    draw_pipeline_schedule,
+    draw_ring_rounds,
+)
 from helpers.drawing.draw_context import draw_causal_work
 from helpers.drawing.draw_experts import draw_routing
 from helpers.drawing.draw_strategies import plot_memory_vs_traffic
@@ -94,6 +100,7 @@ from helpers.parallelism.collectives import (
     gpipe_schedule,
     hlo_op_sequence,
     read_blocks,
+    ring_all_gather_rounds,
     ring_bytes,
     tag_blocks,
 )
@@ -386,6 +393,7 @@ __all__ = [
     "gpipe_schedule",
     "hlo_op_sequence",
     "read_blocks",
+    "ring_all_gather_rounds",
     "ring_bytes",
     "tag_blocks",
     # parallelism/context
@@ -524,6 +532,7 @@ __all__ = [
     "draw_collective",
     "draw_in_flight",
     "draw_pipeline_schedule",
+    "draw_ring_rounds",
     # drawing/draw_context
     "draw_causal_work",
     # drawing/draw_experts
@@ -536,6 +545,7 @@ __all__ = [
     # drawing/draw_strategies
     "plot_memory_vs_traffic",
     # cluster/checkpoint
+    "PausedSaves",
     "SavedArray",
     "checkpoint_files",
     "failing_writes",
