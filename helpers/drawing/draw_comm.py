@@ -305,10 +305,10 @@ def draw_pipeline_schedule(
             ax.text(t + 0.5, s + 0.5, str(m), ha="center", va="center", fontsize=size,
                     color=_text_color(face), fontweight="bold")  # fmt: skip
     ax.set_yticks([s + 0.5 for s in range(stages)])
-    ax.set_yticklabels([f"stage {s} (dev {d})" for s, d in enumerate(devs)], fontsize=8.5)
+    ax.set_yticklabels([f"stage {s} (dev {d})" for s, d in enumerate(devs)], fontsize=9)
     step = max(1, int(np.ceil(ticks / 20)))
     ax.set_xticks([t + 0.5 for t in range(0, ticks, step)])
-    ax.set_xticklabels([str(t) for t in range(0, ticks, step)], fontsize=8)
+    ax.set_xticklabels([str(t) for t in range(0, ticks, step)], fontsize=9)
     ax.set_xlabel("tick (one block of work per stage)", fontsize=9)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
