@@ -35,6 +35,7 @@ _LAZY_MODULES = {
         "paused_writes",
         "saved_layout",
         "wait_for_uncommitted",
+        "PausedSaves",
     ),
     "helpers.compat": (
         "AxisType",
@@ -67,6 +68,7 @@ _LAZY_MODULES = {
         "draw_collective",
         "draw_in_flight",
         "draw_pipeline_schedule",
+        "draw_ring_rounds",
     ),
     "helpers.drawing.draw_context": ("draw_causal_work",),
     "helpers.drawing.draw_experts": ("draw_routing",),
@@ -115,6 +117,7 @@ _LAZY_MODULES = {
         "read_blocks",
         "ring_bytes",
         "tag_blocks",
+        "ring_all_gather_rounds",
     ),
     "helpers.parallelism.context": (
         "MASKED",
@@ -469,6 +472,7 @@ __all__ = [
     "gpipe_schedule",
     "hlo_op_sequence",
     "read_blocks",
+    "ring_all_gather_rounds",
     "ring_bytes",
     "tag_blocks",
     # parallelism/context
@@ -613,6 +617,7 @@ __all__ = [
     "draw_collective",
     "draw_in_flight",
     "draw_pipeline_schedule",
+    "draw_ring_rounds",
     # drawing/draw_context
     "draw_causal_work",
     # drawing/draw_experts
@@ -625,6 +630,7 @@ __all__ = [
     # drawing/draw_strategies
     "plot_memory_vs_traffic",
     # cluster/checkpoint
+    "PausedSaves",
     "SavedArray",
     "checkpoint_files",
     "failing_writes",

@@ -11,10 +11,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from matplotlib import colors as mcolors
+from test_props_draw_overlap import overlapping_labels
 
 from helpers import device_color
-from helpers.drawing.draw_comm import draw_collective, draw_pipeline_schedule
-from helpers.parallelism.collectives import Block, expected_blocks, gpipe_schedule
+from helpers.drawing.draw_comm import draw_collective, draw_pipeline_schedule, draw_ring_rounds
+from helpers.parallelism.collectives import (
+    Block,
+    expected_blocks,
+    gpipe_schedule,
+    ring_all_gather_rounds,
+)
 
 
 def _blocks(fig, panel):
@@ -149,3 +155,55 @@ def test_in_flight_draws_one_strip_per_device_and_says_when_it_was_recorded():
         draw_in_flight([g, o], axes=[fig.axes[0]])
     with pytest.raises(ValueError, match="same number of devices"):
         draw_in_flight([g, gpipe_table(2, 2)])
+
+
+def _ring_squares(fig):
+    out = {}
+    for ax in fig.axes:
+        for p in ax.patches:
+            gid = p.get_gid() or ""
+            if gid.startswith("ring:"):
+                f = dict(kv.split("=") for kv in gid.split(":")[1:])
+                out[(int(f["round"]), int(f["device"]), int(f["source"]))] = (f["new"] == "1", p)
+    return out
+
+
+def test_ring_rounds_mark_the_block_that_arrived_in_its_source_colour():
+    fig = draw_ring_rounds(ring_all_gather_rounds(4), title="ring all-gather")
+    squares = _ring_squares(fig)
+    assert len(squares) == 4 * 4 * 4  # 4 panels of 4 devices x 4 sources
+    new, patch = squares[(2, 1, 3)]  # round 2: device 1 receives device 3's block (1 - 2 = -1)
+    assert new and mcolors.to_hex(patch.get_facecolor()) == device_color(3)
+    assert mcolors.to_hex(patch.get_edgecolor()) == "#000000"
+    assert [k for (k, d, s), (n, _) in squares.items() if n and d == 0] == [1, 2, 3]
+    empty = squares[(0, 0, 1)][1]  # before: device 0 holds only its own block
+    assert mcolors.to_hex(empty.get_facecolor()) == "#ffffff"
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["before", "after round 1", "after round 2", "after round 3"]
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_ring_rounds_print_no_text_over_text_and_nothing_outside_the_figure(n):
+    title = f"ring all-gather on {n} devices: in each round every device passes on the block it last received"
+    fig = draw_ring_rounds(ring_all_gather_rounds(n), title=title)
+    assert overlapping_labels(fig) == []
+    renderer = fig.canvas.get_renderer()
+    frame = fig.bbox
+    texts = [fig._suptitle] + [t for ax in fig.axes for t in (ax.title, *ax.texts) if t.get_text()]
+    for t in texts:
+        bb = t.get_window_extent(renderer)
+        assert frame.x0 - 1 <= bb.x0 and bb.x1 <= frame.x1 + 1, t.get_text()
+        assert frame.y0 - 1 <= bb.y0 and bb.y1 <= frame.y1 + 1, t.get_text()
+        assert t.get_fontsize() >= 9, t.get_text()
+    plt.close(fig)
+
+
+def test_draw_ring_rounds_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least the layout before round 1"):
+        draw_ring_rounds([])
+    summed = {0: (Block(0, (0, 1)),), 1: (Block(0, (0, 1)),)}
+    with pytest.raises(ValueError, match="whole blocks of one source device"):
+        draw_ring_rounds([summed])
+    with pytest.raises(ValueError, match="ncols=0 must be a positive"):
+        draw_ring_rounds(ring_all_gather_rounds(2), ncols=0)

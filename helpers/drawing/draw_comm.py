@@ -1,4 +1,5 @@
-"""Figures of communication: a collective's before and after, and a pipeline's schedule.
+"""Figures of communication: a collective's before and after, the rounds of a ring, and a
+pipeline's schedule.
 
 They keep the series' one rule: device ``d`` has the colour ``device_color(d)`` in every
 figure. In ``draw_collective`` a block is coloured by the device it came from (a sum of
@@ -14,11 +15,13 @@ from ``gpipe_schedule``.
 
 Artists carry ``gid`` strings that tests (and curious readers) can check:
 ``"block:panel=<before|after>:device=<d>:slot=<k>:chunk=<c>:sources=<s0,s1,...>"`` and
-``"cell:stage=<s>:tick=<t>:micro=<m>"`` (``micro=-1`` for an idle cell).
+``"cell:stage=<s>:tick=<t>:micro=<m>"`` (``micro=-1`` for an idle cell), and in
+``draw_ring_rounds`` ``"ring:round=<k>:device=<d>:source=<s>:new=<0|1>"``.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,7 +50,7 @@ from helpers.parallelism.schedules import (
     in_flight,
 )
 
-__all__ = ["draw_collective", "draw_in_flight", "draw_pipeline_schedule"]
+__all__ = ["draw_collective", "draw_in_flight", "draw_pipeline_schedule", "draw_ring_rounds"]
 
 Layout = Mapping[int, Sequence[Block]]
 
@@ -156,6 +159,97 @@ def draw_collective(
     return fig
 
 
+def _ring_panel(
+    ax: Axes, held: dict[int, tuple[Block, ...]], new: dict[int, set[int]], k: int, n: int
+) -> None:
+    """One round of ``draw_ring_rounds``: a row per device, a column per source device."""
+    ax.set_xlim(-1.6, n)
+    ax.set_ylim(n, -0.05)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    for d in range(n):
+        ax.text(-0.15, d + 0.5, f"dev {d}", ha="right", va="center", fontsize=9)
+        sources = {b.sources[0] for b in held[d]}
+        for s in range(n):
+            gid = f"ring:round={k}:device={d}:source={s}:new={int(s in new[d])}"
+            if s not in sources:
+                ax.add_patch(Rectangle((s + 0.06, d + 0.06), 0.88, 0.88, facecolor="white",
+                                       edgecolor="0.8", linewidth=0.8, gid=gid))  # fmt: skip
+                continue
+            face = device_color(s)
+            fresh = s in new[d]
+            ax.add_patch(Rectangle((s + 0.06, d + 0.06), 0.88, 0.88, facecolor=face,
+                                   edgecolor="black" if fresh else "white",
+                                   linewidth=2.2 if fresh else 0.8, zorder=2 if fresh else 1,
+                                   gid=gid))  # fmt: skip
+            ax.text(s + 0.5, d + 0.5, f"a{s}", ha="center", va="center", fontsize=9,
+                    fontweight="bold", color=_text_color(face))  # fmt: skip
+
+
+def draw_ring_rounds(
+    rounds: Sequence[Layout], *, title: str | None = None, ncols: int = 4
+) -> Figure:
+    """Each round of a ring all-gather: one panel per round, blocks in their source's colour.
+
+    In a panel, row ``d`` is device ``d`` and column ``s`` the block that came from device
+    ``s`` (``a3``: device 3's block); an empty square is a block not received yet, and a
+    thick black edge marks the block that arrived in that round.
+
+    Args:
+      rounds: the layouts before and after each round, as ``ring_all_gather_rounds``
+        returns them (entry 0 before the first round); every layout holds one-source
+        blocks of chunk 0 only.
+      title: the figure's title.
+      ncols: panels per row of the figure.
+
+    Returns:
+      The Figure. Each square is a ``Rectangle`` with a ``gid`` (see the module doc).
+    """
+    if not rounds:
+        raise ValueError("draw_ring_rounds: rounds must hold at least the layout before round 1.")
+    layouts = [_check_layout(r, f"rounds[{k}]") for k, r in enumerate(rounds)]
+    n = len(layouts[0])
+    for k, lay in enumerate(layouts):
+        if sorted(lay) != list(range(n)) or any(
+            len(b.sources) != 1 or b.chunk != 0 or not 0 <= b.sources[0] < n
+            for blocks in lay.values()
+            for b in blocks
+        ):
+            raise ValueError(
+                f"draw_ring_rounds: rounds[{k}] must map devices 0..{n - 1} to whole blocks "
+                "of one source device each, as ring_all_gather_rounds returns them."
+            )
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"draw_ring_rounds: ncols={ncols!r} must be a positive whole number.")
+    cols = min(ncols, len(layouts))
+    rows = -(-len(layouts) // cols)
+    cell = 0.3  # inches per block: its label is 9 pt
+    panel_w, panel_h, head = max((n + 1.7) * cell, 1.7), n * cell + 0.05, 0.32
+    fw = cols * panel_w + 0.2
+    lines = textwrap.wrap(title, width=max(20, int(fw * 11))) if title else []
+    top = 0.12 + 0.22 * len(lines)
+    fig = _new_figure((fw, top + rows * (panel_h + head) + 0.1))
+    fh = fig.get_size_inches()[1]
+    axes = []
+    for i in range(rows * cols):
+        r, c = divmod(i, cols)
+        y0 = fh - top - (r + 1) * (panel_h + head) + 0.05
+        axes.append(fig.add_axes((((c * panel_w) + 0.1) / fw, y0 / fh, panel_w / fw, panel_h / fh)))
+    for k, lay in enumerate(layouts):
+        prev = layouts[k - 1] if k else {d: () for d in range(n)}
+        new = {
+            d: {b.sources[0] for b in lay[d]} - {b.sources[0] for b in prev[d]} for d in range(n)
+        }
+        _ring_panel(axes[k], lay, new if k else {d: set() for d in range(n)}, k, n)
+        label = "before" if k == 0 else f"after round {k}"
+        axes[k].set_title(label, fontsize=10)
+    for ax in axes[len(layouts) :]:
+        ax.set_axis_off()
+    if lines:
+        fig.suptitle("\n".join(lines), fontsize=11, y=1 - 0.08 / fh, va="top")
+    return fig
+
+
 def draw_pipeline_schedule(
     schedule: Any,
     *,
@@ -222,10 +316,10 @@ def draw_pipeline_schedule(
             ax.text(t + 0.5, s + 0.5, str(m), ha="center", va="center", fontsize=size,
                     color=_text_color(face), fontweight="bold")  # fmt: skip
     ax.set_yticks([s + 0.5 for s in range(stages)])
-    ax.set_yticklabels([f"stage {s} (dev {d})" for s, d in enumerate(devs)], fontsize=8.5)
+    ax.set_yticklabels([f"stage {s} (dev {d})" for s, d in enumerate(devs)], fontsize=9)
     step = max(1, int(np.ceil(ticks / 20)))
     ax.set_xticks([t + 0.5 for t in range(0, ticks, step)])
-    ax.set_xticklabels([str(t) for t in range(0, ticks, step)], fontsize=8)
+    ax.set_xticklabels([str(t) for t in range(0, ticks, step)], fontsize=9)
     ax.set_xlabel("tick (one block of work per stage)", fontsize=9)
     ax.tick_params(length=0)
     for spine in ax.spines.values():
