@@ -69,17 +69,18 @@ def test_connect_leaves_detection_to_jax_when_no_arguments_are_given(monkeypatch
     monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append((a, k)))
 
     mp.connect(mp.parse_args([]))  # what `srun python -m helpers.multiprocess` does
-    assert calls == [((None, None, None), {"initialization_timeout": 300})]
+    assert calls == [((), {})]  # jax.distributed.initialize(), with no arguments
 
     calls.clear()
     mp.connect(mp.parse_args(["--num-processes", "1"]))  # one process: no distributed runtime
     assert calls == []
 
     mp.connect(mp.parse_args(["--coordinator", "10.0.0.1:1234", "--num-processes", "2",
-                              "--process-id", "1", "--heartbeat-timeout", "7"]))  # fmt: skip
-    assert calls == [
-        (("10.0.0.1:1234", 2, 1), {"initialization_timeout": 300, "heartbeat_timeout_seconds": 7})
-    ]
+                              "--process-id", "1", "--heartbeat-timeout", "7",
+                              "--init-timeout", "60"]))  # fmt: skip
+    assert calls == [((), {"coordinator_address": "10.0.0.1:1234", "num_processes": 2,
+                           "process_id": 1, "initialization_timeout": 60,
+                           "heartbeat_timeout_seconds": 7})]  # fmt: skip
 
     calls.clear()
     mp.connect(mp.parse_args(["--coordinator", "127.0.0.1:4321", "--num-processes", "2",

@@ -411,6 +411,7 @@ def test_sbatch_runs_two_tasks_as_one_jax_job_that_trains_what_one_process_train
         assert f"{task}: jax: Connecting to JAX distributed service on localhost:{port}" in log
         assert f"{task}: jax: JAX distributed initialized with visible devices: {task}" in log
     assert f"0: jax: Starting JAX distributed service on [::]:{port}" in log
+    assert sum("Connecting to JAX distributed service" in line for line in log) == 2  # once each
     assert any(line.startswith("0: process 0 of 2: ") and "loads rows 0:16" in line for line in log)
     assert any(
         line.startswith("1: process 1 of 2: ") and "loads rows 16:32" in line for line in log

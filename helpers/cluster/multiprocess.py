@@ -73,8 +73,8 @@ def parser() -> argparse.ArgumentParser:
     add("--mesh-figure", type=writable_path, help="process 0 draws the global mesh here (.png)")
     add("--heartbeat-timeout", type=whole_number(1), metavar="S",
         help="seconds without a heartbeat after which a process counts as dead (default: JAX's, 100)")
-    add("--init-timeout", type=whole_number(1), default=300, metavar="S",
-        help="seconds to wait for every process to join (default 300)")
+    add("--init-timeout", type=whole_number(1), metavar="S",
+        help="seconds to wait for every process to join (default: JAX's, 300)")
     # fmt: on
     return p
 
@@ -123,29 +123,32 @@ def show_detection() -> None:
     handler._shows_detection = True  # type: ignore[attr-defined]
     log.setLevel(logging.INFO)
     log.addHandler(handler)
+    log.propagate = False  # jax 0.8's own handler on "jax" would print each line again
 
 
 def connect(args: argparse.Namespace) -> None:
     """Join the job: ``jax.distributed.initialize`` (skipped for a one-process run).
 
     Must run before any JAX computation: the backend is created once, and it needs the
-    distributed client to know about the other processes' devices.
+    distributed client to know about the other processes' devices. Only the flags given are
+    passed on: under ``srun`` with none of them, the call is ``jax.distributed.initialize()``.
     """
     import jax
 
     if args.num_processes == 1 and args.coordinator is None:
         return  # a single process: nothing to join
-    kwargs: dict[str, Any] = {"initialization_timeout": args.init_timeout}
-    if args.heartbeat_timeout is not None:
-        kwargs["heartbeat_timeout_seconds"] = args.heartbeat_timeout
+    given = {"coordinator_address": args.coordinator, "num_processes": args.num_processes,
+             "process_id": args.process_id, "initialization_timeout": args.init_timeout,
+             "heartbeat_timeout_seconds": args.heartbeat_timeout}  # fmt: skip
+    kwargs = {name: value for name, value in given.items() if value is not None}
     if is_loopback(args.coordinator):
         # Serve the coordinator on loopback only (JAX's default is every interface).
         kwargs["coordinator_bind_address"] = args.coordinator
     if args.simulated_devices:
         compat.gloo_on_loopback(is_loopback)
-    if args.coordinator is None and args.num_processes is None and args.process_id is None:
+    if not kwargs.keys() & {"coordinator_address", "num_processes", "process_id"}:
         show_detection()  # as under `srun`: JAX reads all three from the cluster's environment
-    jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id, **kwargs)
+    jax.distributed.initialize(**kwargs)
 
 
 def process_rows(sharding: Any, global_shape: tuple[int, ...]) -> list[slice]:

@@ -173,8 +173,8 @@ def sacct(job_id: int, fields: str = "JobID,JobName,State,ExitCode,Elapsed") -> 
 
     ``sacct`` reads Slurm's accounting database (slurmdbd). Where there is none (the
     one-node Slurm of ``.ci/slurm-up``), it says that accounting storage is disabled, and
-    ``sacct --completion`` reads the job completion log instead: one line per end of the job
-    (each attempt), with its state and exit code, but no steps.
+    ``sacct --completion`` reads the job completion log instead: a line each time the job
+    ends or is requeued, with its state and exit code, but no steps.
     """
     cmd = ["sacct", "-j", str(job_id), "-o", fields]
     try:
