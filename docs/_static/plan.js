@@ -329,7 +329,7 @@ def planner_run(argv, config):
   }
 
   async function run(mode) {
-    if (!py) return;
+    if (!py || root.dataset.busy) return; // one run at a time
     const args = argv(mode);
     const config = control("--config").value === PASTE ? control("config-text").value : undefined;
     const status = root.querySelector(".planner-status");
