@@ -90,7 +90,7 @@ def documents(root: Path = ROOT) -> list[Doc]:
         for p in sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     ]
     docs.append(Doc("README.md", "README.zh.md", root))
-    docs += [Doc(f"docs/{n}", f"docs/zh/{n}", root) for n in ("glossary.md", "errata.md")]
+    docs += [Doc(f"docs/{n}", f"docs/zh/{n}", root) for n in ("glossary.md", "errata.md", "plan.md")]
     return docs
 
 
