@@ -440,6 +440,20 @@ def test_compile_step_refuses_a_layout_it_cannot_read(layout, said):
         profile.compile_step(layout, "tiny")
 
 
+def test_compile_step_resizes_a_preset_as_compare_strategies_does():
+    three = jax.devices()[:3]
+    (dp3, _) = profile.compare_strategies(
+        ("dp", "fsdp"), preset="tiny", devices=three, dry_run=True, progress=False
+    )
+    alone = profile.compile_step("dp", "tiny", devices=three)
+    assert alone.workload.cfg.d_model == 128  # DP splits nothing: nothing to resize
+    both = profile.compile_step("dp", "tiny", devices=three, resize_for=("dp", "fsdp"))
+    assert both.workload.cfg.d_model == dp3.config["d_model"] == 144  # 3 x 48
+    assert profile.program_fingerprint(both.compiled) == dp3.program_fingerprint
+    with pytest.raises(ValueError, match="is not one of"):
+        profile.compile_step("dp", "tiny", resize_for=("zero",))
+
+
 def test_compile_step_refuses_a_degenerate_mesh():
     with pytest.raises(ValueError, match="repeat each other's work"):
         profile.compile_step("dp", "tiny", mesh_shape=(4, 2))

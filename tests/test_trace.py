@@ -171,29 +171,33 @@ def test_compare_strategies_refuses_a_trace_it_cannot_take_and_passes_compiler_o
     assert r.compiler_options == {} and r.trace_dir is None
 
 
-def test_computing_at_once_counts_devices_side_by_side():
-    def spans(*intervals):
-        return [
-            tr.Span(d, f"fusion.{d}", "compute", float(a), float(b - a), "jit_step", 0, "t")
-            for d, (a, b) in enumerate(intervals)
-        ]
+def test_slowest_ops_ranks_each_ops_time_per_device_and_step():
+    def span(device, name, kind, start, dur, step=0):
+        return tr.Span(device, name, kind, float(start), float(dur), "jit_step", step, "t")
 
-    assert tr.computing_at_once(spans((0, 10), (10, 20), (20, 30))) == pytest.approx(1.0)
-    assert tr.computing_at_once(spans((0, 10), (0, 10), (0, 10))) == pytest.approx(3.0)
-    assert tr.computing_at_once(spans((0, 10), (5, 15))) == pytest.approx(20 / 15)
-    only_comm = [tr.Span(0, "all-gather.1", "collective", 0.0, 5.0, "jit_step", 0, "t")]
-    assert tr.computing_at_once(only_comm) == 0.0
-    s = tr.summarize_trace(spans((0, 10), (0, 10)))
-    assert s.computing_at_once == pytest.approx(2.0)
-    assert "computing at once" in tr.format_trace_table({"x": s})
+    spans = [
+        span(0, "fusion.1", "compute", 0, 100),
+        span(1, "fusion.1", "compute", 0, 300),
+        span(0, "fusion.2", "compute", 100, 50),
+        span(1, "fusion.2", "compute", 300, 50),
+        span(0, "fusion.2", "compute", 150, 50),  # twice in the step: its times add up
+        span(0, "all-gather.3", "collective", 200, 1000),
+    ]
+    assert tr.slowest_ops(spans) == [("fusion.1", 0.2), ("fusion.2", 0.075)]
+    assert tr.slowest_ops(spans, n=1) == [("fusion.1", 0.2)]
+    assert tr.slowest_ops(spans, kind="collective") == [("all-gather.3", 0.5)]
     with pytest.raises(ValueError, match="spans is empty"):
-        tr.computing_at_once([])
+        tr.slowest_ops([])
+    with pytest.raises(ValueError, match="n=0 must be >= 1"):
+        tr.slowest_ops(spans, n=0)
+    with pytest.raises(ValueError, match="kind='fusion'"):
+        tr.slowest_ops(spans, kind="fusion")
 
 
-def test_a_real_fsdp_trace_computes_with_fewer_devices_at_once_than_there_are(traced):
+def test_a_real_traces_slowest_op_is_one_it_ran(traced):
     for spans in traced.values():
-        at_once = tr.summarize_trace(spans).computing_at_once
-        assert 1.0 <= at_once <= 8.0
+        ((name, ms),) = tr.slowest_ops(spans, n=1)
+        assert ms > 0 and name in {s.name for s in spans if s.kind == "compute"}
 
 
 HLO = """HloModule jit_step, is_scheduled=true

@@ -17,7 +17,7 @@ import numpy as np
 
 from helpers.measuring import cost_model as cm
 from helpers.measuring.results import StrategyResult, spread
-from helpers.measuring.trace import Span, computing_at_once, exposed_spans, summarize_trace
+from helpers.measuring.trace import Span, exposed_spans, summarize_trace
 
 #: The smallest text the profile's figures draw, in points (the series asks for >= 9).
 _FONT = 9
@@ -322,7 +322,7 @@ def plot_trace_timeline(
     step: int | None = None,
     where: str = "",
     axes: Any = None,
-    cores: int | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> Any:
     """One panel per strategy: a row per device, each HLO op of one traced step as a bar.
 
@@ -331,10 +331,10 @@ def plot_trace_timeline(
     among them, can pass for one), named where they are wide enough; a black strip under
     a row marks exposed communication (a collective with no compute beside it).
     ``traces`` maps a strategy to ``read_trace``'s spans; ``step`` is the traced step to
-    draw (default: the last). Each panel's title gives the step's compute time per device
-    and how many devices computed at once (``computing_at_once``), and ``where`` (say
-    ``"CPU measurement"``); ``cores``, the host's CPU cores that simulated devices share,
-    is named beside them. Returns the Figure.
+    draw (default: the last). Each panel's title gives ``where`` (say ``"CPU
+    measurement"``) and the step's compute time per device; ``notes`` maps a strategy to a
+    line added under its title (say what XLA counts, or the slowest op). Returns the
+    Figure.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -376,7 +376,8 @@ def plot_trace_timeline(
         ax.set_xlim(0, width / 1e3 * 1.01)
         ax.set_xlabel("ms since the step's first op", fontsize=_FONT)
         which = "last traced step" if step is None else f"traced step {step}"
-        ax.set_title(_timeline_title(name, which, mine, where, cores), fontsize=10)
+        note = (notes or {}).get(name, "")
+        ax.set_title(_timeline_title(name, which, mine, where, note), fontsize=10)
     handles = [
         Patch(color=device_color(0), label="compute (each device's colour)"),
         Patch(fc="white", hatch="///", ec=_COMM, lw=0.6, label="collective (named if wide enough)"),
@@ -386,19 +387,11 @@ def plot_trace_timeline(
     return fig
 
 
-def _timeline_title(
-    name: str, which: str, spans: Sequence[Span], where: str, cores: int | None
-) -> str:
-    """A panel's title: the strategy, the compute per device and how many computed at once."""
-    devices = {s.device for s in spans}
+def _timeline_title(name: str, which: str, spans: Sequence[Span], where: str, note: str) -> str:
+    """A panel's title: the strategy, the step, its compute per device, and a note."""
     compute = summarize_trace(spans).compute_ms
-    at_once = computing_at_once(spans)
-    on = f" on {cores} core{'s' if cores != 1 else ''}" if cores else ""
-    return (
-        f"{name}, {which}{f' ({where})' if where else ''}\ncompute {compute:.1f} ms per "
-        f"device; on average {at_once:.1f} of {len(devices)} "
-        f"device{'s' if len(devices) != 1 else ''} computing at once{on}"
-    )
+    head = f"{name}, {which}{f' ({where})' if where else ''}: compute {compute:.2f} ms per device"
+    return f"{head}\n{note}" if note else head
 
 
 def plot_knee_by_devices(

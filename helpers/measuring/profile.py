@@ -510,15 +510,19 @@ def compile_step(
     remat: bool = False,
     model: str | None = None,
     compiler_options: dict[str, Any] | None = None,
+    resize_for: Sequence[str] | None = None,
 ) -> CompiledStep:
     """Compile the training step ``compare_strategies`` would time, and run nothing.
 
     ``layout`` is a strategy of ``LOGICAL_RULES`` (``"dp"``, ``"fsdp"``, ...) or logical
     rules of your own: pairs of a logical name and the mesh axes it splits over (None to
     keep it whole), as ``LOGICAL_RULES`` holds them. The model, mesh, optimizer and
-    compiler options are ``compare_strategies``'s for the same arguments; a preset is
-    resized to fit the mesh for a named strategy only, so with rules of your own give a
-    ``ModelConfig`` whose split widths the mesh divides. Read the program with
+    compiler options are ``compare_strategies``'s for the same arguments. A preset's
+    widths are rounded up to fit the mesh (``fit_to_mesh``) for the strategies named in
+    ``resize_for`` (default: ``layout`` when it is a name): ``compare_strategies`` rounds
+    them for every strategy it compares, so pass the same strategies to compile the same
+    model. With rules of your own, give a ``ModelConfig`` whose split widths the mesh
+    divides, or ``resize_for``. Read the program with
     ``collective_stats(step.compiled)``, ``step_memory(step.compiled)`` or
     ``hlo_schedule(step.compiled)``; each parameter's ``PartitionSpec`` is
     ``step.params[...].sharding.spec``, its logical names ``step.logical[...]``.
@@ -531,7 +535,11 @@ def compile_step(
     shape = (len(devices), 1) if mesh_shape is None else tuple(mesh_shape)
     rules = logical_rules(layout) if isinstance(layout, str) else _check_rules(layout)
     strategies = (layout,) if isinstance(layout, str) else ()
-    wl = workload_for(preset, strategies, devices, shape, batch_per_device, remat, model)
+    if resize_for is not None:
+        for name in resize_for:
+            logical_rules(name)  # a clear ValueError for an unknown name
+    fit = strategies if resize_for is None else tuple(resize_for)
+    wl = workload_for(preset, fit, devices, shape, batch_per_device, remat, model)
     _refuse(strategies, wl, devices, shape, 1, 0, True, False)
     if compiler_options is not None:
         options = dict(compiler_options)

@@ -52,7 +52,6 @@ __all__ = [
     "HloOp",
     "Span",
     "TraceSummary",
-    "computing_at_once",
     "exposed_spans",
     "find_trace_file",
     "format_trace_table",
@@ -60,6 +59,7 @@ __all__ = [
     "is_collective",
     "read_trace",
     "readers_of",
+    "slowest_ops",
     "step_ops",
     "summarize_trace",
 ]
@@ -276,9 +276,6 @@ class TraceSummary:
     ``compute_ms``: time in which some compute op of a device runs. ``collective_ms``: time
     in which some collective runs. ``exposed_ms``: collective time with no compute beside
     it. ``busiest_collective``: the collective with the most exposed time, and that time.
-    ``computing_at_once``: how many devices compute at the same time, on average over the
-    time in which any does (``computing_at_once``); on simulated CPU devices, which share
-    the host's cores, the more of them compute at once, the longer each op's span.
     """
 
     n_devices: int
@@ -288,7 +285,6 @@ class TraceSummary:
     exposed_ms: float
     collective_ops: dict[str, int]
     busiest_collective: tuple[str, float] | None
-    computing_at_once: float = 0.0
 
 
 def summarize_trace(spans: Sequence[Span]) -> TraceSummary:
@@ -320,7 +316,6 @@ def summarize_trace(spans: Sequence[Span]) -> TraceSummary:
         if s.kind == "collective" and s.device == devices[0] and s.step == steps[0]:
             ops[re.sub(r"\.\d+$", "", s.name)] += 1
     busiest = max(exposed_by.items(), key=lambda kv: kv[1], default=None)
-    at_once = [computing_at_once(spans, step) for step in steps]
     return TraceSummary(
         n_devices=len(devices),
         n_steps=len(steps),
@@ -329,27 +324,32 @@ def summarize_trace(spans: Sequence[Span]) -> TraceSummary:
         exposed_ms=exposed / per,
         collective_ops=dict(ops),
         busiest_collective=None if busiest is None else (busiest[0], busiest[1] / per),
-        computing_at_once=sum(at_once) / len(at_once),
     )
 
 
-def computing_at_once(spans: Sequence[Span], step: int | None = None) -> float:
-    """How many devices compute at the same time in one traced step (default: the last),
-    on average over the time in which any of them does: the devices' compute time, summed,
-    over the length of the time that some device computes. 1 when they take turns, the
-    number of devices when all compute together; 0 for a step with no compute."""
+def slowest_ops(
+    spans: Sequence[Span], n: int = 3, kind: str = "compute"
+) -> list[tuple[str, float]]:
+    """The ``n`` ops of one ``kind`` (``"compute"`` or ``"collective"``) that took the most
+    time: ``(HLO name, ms)``, the op's time per device and traced step, averaged over both,
+    longest first.
+
+    Raises:
+      ValueError: ``spans`` is empty, ``n`` < 1, or ``kind`` is neither kind.
+    """
     if not spans:
-        raise ValueError("computing_at_once: spans is empty; read_trace returns at least one.")
-    step = max(s.step for s in spans) if step is None else step
-    mine = [s for s in spans if s.step == step and s.kind == "compute"]
-    anyone = _length(_union((s.start_us, s.end_us) for s in mine))
-    if not anyone:
-        return 0.0
-    each = sum(
-        _length(_union((s.start_us, s.end_us) for s in mine if s.device == d))
-        for d in {s.device for s in mine}
-    )
-    return each / anyone
+        raise ValueError("slowest_ops: spans is empty; read_trace returns at least one.")
+    if n < 1 or kind not in ("compute", "collective"):
+        raise ValueError(
+            f"slowest_ops: n={n} must be >= 1 and kind={kind!r} 'compute' or 'collective'."
+        )
+    per = 1e3 * len({s.device for s in spans}) * len({s.step for s in spans})
+    total: dict[str, float] = defaultdict(float)
+    for s in spans:
+        if s.kind == kind:
+            total[s.name] += s.dur_us
+    ranked = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return [(name, us / per) for name, us in ranked]
 
 
 def step_ops(spans: Sequence[Span], device: int = 0, step: int | None = None) -> list[Span]:
@@ -367,21 +367,17 @@ def step_ops(spans: Sequence[Span], device: int = 0, step: int | None = None) ->
 
 
 def format_trace_table(summaries: Mapping[str, TraceSummary], where: str = "") -> str:
-    """One row per strategy: compute, collective and exposed time per step (ms), and how
-    many devices computed at once (``TraceSummary.computing_at_once``).
+    """One row per strategy: compute, collective and exposed time per step (ms).
 
     ``where`` labels the numbers (say ``"CPU measurement"``); it heads the table.
     """
-    head = (
-        f"{'':<8}{'compute':>10}{'collectives':>13}{'exposed':>10}{'exposed/coll.':>15}"
-        f"{'computing at once':>19}"
-    )
+    head = f"{'':<8}{'compute':>10}{'collectives':>13}{'exposed':>10}{'exposed/coll.':>15}"
     lines = [f"per traced step, mean over devices, ms{f' ({where})' if where else ''}", head]
     for name, s in summaries.items():
         share = f"{s.exposed_ms / s.collective_ms:.0%}" if s.collective_ms else "-"
         lines.append(
             f"{name:<8}{s.compute_ms:>10.2f}{s.collective_ms:>13.2f}{s.exposed_ms:>10.2f}"
-            f"{share:>15}{s.computing_at_once:>19.1f}"
+            f"{share:>15}"
         )
     return "\n".join(lines)
 
