@@ -4,8 +4,10 @@
 and memory per device); ``plot_trace_timeline`` draws a ``helpers.measuring.trace`` reading (each
 device's ops in one traced step); ``plot_projection`` draws ``helpers.measuring.cost_model``'s
 projected step time against tokens per device, and ``plot_knee_by_devices`` its knee
-against the number of GPUs, across the node boundary. Each takes an ``ax``/``axes`` to draw on and returns what
-it drew; matplotlib is imported inside them, so importing this module does not need it.
+against the number of GPUs, across the node boundary; a ``ProjectionCase`` names each line
+(``CASES``: DP, FSDP keeping its gathered weights, textbook FSDP freeing them, FSDP with
+remat). Each takes an ``ax``/``axes`` to draw on and returns what it drew; matplotlib is
+imported inside them, so importing this module does not need it.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ The same runs from a shell, with only jax, flax, optax, numpy (and matplotlib fo
     PYTHONPATH=. python -m helpers.profile --strategies dp fsdp --preset tiny --json out.json
     PYTHONPATH=. python -m helpers.profile --model transformer --preset tiny
 
+``compile_step`` compiles the same step without running it, for a strategy or for logical
+rules of your own, and returns the executable and the parameters' shardings: what a
+notebook reads the HLO, the schedule (``helpers.measuring.trace.hlo_schedule``) and the
+``PartitionSpec`` s from.
+
 What a step *should* cost (FLOPs per token, bytes per device, knees, N-GPU projections)
 is ``helpers.measuring.cost_model``; the two figures are ``helpers.drawing.draw_profile``; what is trained
 (the presets, resized to the mesh, and ``workload_for``, the one place that maps a model
