@@ -59,14 +59,16 @@ from helpers.drawing.draw import (
 from helpers.drawing.draw_comm import draw_collective, draw_in_flight, draw_pipeline_schedule
 from helpers.drawing.draw_context import draw_causal_work
 from helpers.drawing.draw_experts import draw_routing
-from helpers.drawing.draw_strategies import plot_memory_vs_traffic
+from helpers.drawing.draw_strategies import plot_live_memory, plot_memory_vs_traffic
 from helpers.lesson import CaughtError, cell_role, check, exercises, expect_error, is_stub, one_line
 from helpers.measuring.measure import (
     CollectiveOp,
+    LiveMemory,
     collective_ops,
     collective_stats,
     format_bytes,
     format_collectives,
+    live_memory,
     memory_per_device,
     planned_bytes_per_device,
     sharding_table,
@@ -426,10 +428,12 @@ __all__ = [
     "zero_bubble_table",
     # measuring/measure
     "CollectiveOp",
+    "LiveMemory",
     "collective_ops",
     "collective_stats",
     "format_bytes",
     "format_collectives",
+    "live_memory",
     "memory_per_device",
     "planned_bytes_per_device",
     "sharding_table",
@@ -533,6 +537,7 @@ __all__ = [
     "plot_results",
     "plot_trace_timeline",
     # drawing/draw_strategies
+    "plot_live_memory",
     "plot_memory_vs_traffic",
     # cluster/checkpoint
     "SavedArray",
