@@ -51,8 +51,8 @@ def plot_memory_vs_traffic(
     ``points`` maps a strategy's name to ``(held, sent)``: the bytes of training state on the
     fullest device, and the bytes each device sends per training step. Points closer than 6%
     of the axes' spans share one label (``"fsdp, fsdp_all"``), so no label covers another.
-    ``notes`` maps some of the strategies to a remark, written in italics below and left of
-    its point (say, why it sits where it does on this backend). Draws on ``ax`` if given;
+    ``notes`` maps some of the strategies to a remark, written in italics above and left of
+    its point, with a line to it (say, why it sits where it does on this backend). Draws on ``ax`` if given;
     returns the Axes.
     """
     notes = dict(notes or {})
@@ -110,13 +110,14 @@ def plot_memory_vs_traffic(
         ax.annotate(
             text,
             scaled[name],
-            xytext=(4, -14),
+            xytext=(-6, 34),
             textcoords="offset points",
             ha="right",
-            va="top",
+            va="bottom",
             fontsize=9.5,
             style="italic",
             color="0.25",
+            arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.8, "shrinkB": 5},
         )
     ax.set_xlabel(f"bytes sent per device per training step ({x_name})")
     ax.set_ylabel(f"training state on the fullest device ({y_name})")
