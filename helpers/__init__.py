@@ -72,7 +72,7 @@ _LAZY_MODULES = {
     ),
     "helpers.drawing.draw_context": ("draw_causal_work",),
     "helpers.drawing.draw_experts": ("draw_routing",),
-    "helpers.drawing.draw_strategies": ("plot_memory_vs_traffic",),
+    "helpers.drawing.draw_strategies": ("plot_live_memory", "plot_memory_vs_traffic"),
     "helpers.lesson": (
         "CaughtError",
         "cell_role",
@@ -84,6 +84,8 @@ _LAZY_MODULES = {
     ),
     "helpers.measuring.measure": (
         "CollectiveOp",
+        "LiveMemory",
+        "live_memory",
         "collective_ops",
         "collective_stats",
         "format_bytes",
@@ -542,6 +544,8 @@ __all__ = [
     "zero_bubble_table",
     # measuring/measure
     "CollectiveOp",
+    "LiveMemory",
+    "live_memory",
     "collective_ops",
     "collective_stats",
     "format_bytes",
@@ -661,6 +665,7 @@ __all__ = [
     "plot_results",
     "plot_trace_timeline",
     # drawing/draw_strategies
+    "plot_live_memory",
     "plot_memory_vs_traffic",
     # cluster/checkpoint
     "PausedSaves",

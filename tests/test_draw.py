@@ -595,12 +595,15 @@ def test_strategy_guide_names_every_strategy_and_question():
     texts = " ".join(t.get_text() for t in ax.texts)
     for needle in (
         "DP",
-        "FSDP over 'data'",
+        "FSDP (ZeRO-3) over 'data'",
         "FSDP × TP",
         "fit in ONE device's memory",
         "FLOP/s ÷ link bandwidth",
     ):
         assert needle in texts
+    fsdp = next(t.get_text() for t in ax.texts if "ZeRO-3" in t.get_text())
+    # textbook FSDP frees and gathers again: 3 units; keeping every layer gathered: 2
+    assert "sends 3·(N−1)/N" in fsdp and "2·(N−1)/N if it keeps every gathered layer" in fsdp
     assert len(ax.texts) >= 6 + 6  # six boxes, six labelled arrows at least
     plt.close(ax.figure)
 

@@ -1461,15 +1461,16 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
         answer("#cfe8cf"))  # fmt: skip
     box(
         (9.4, 4.65),
-        "Does it fit split N ways?\n16·P / N + one gathered layer + activations",
+        "Does it fit split N ways?\n16·P / N + one gathered layer + activations\n(FSDP that frees each layer after use)",
         question,
         11,
         "bold",
     )
     box((7.1, 2.8), "Tokens per device  >  FLOP/s ÷ link bandwidth?\n"
         "(≈ 2,200 on H100/H200 NVLink; ≈ 9× more over InfiniBand)", question, 10.5)  # fmt: skip
-    box((3.4, 0.85), "FSDP over 'data'\nshards params, grads and Adam state\n"
-        "sends 2·(N−1)/N × the parameter bytes per step\n(3·(N−1)/N if gathered again for the backward)\nsplit the big matrices, keep small vectors whole",
+    box((3.4, 0.85), "FSDP (ZeRO-3) over 'data'\nshards params, grads and Adam state\n"
+        "sends 3·(N−1)/N × the parameter bytes per step: gathers\neach layer, frees it, gathers it again for the backward\n"
+        "(2·(N−1)/N if it keeps every gathered layer,\nbut then the whole model sits on each device)",
         answer("#cfe0f5"))  # fmt: skip
     box((10.2, 0.85), "FSDP × TP (or DP × TP) on a 2-D mesh\n'model' (TP) inside an NVLink node: its\n"
         "activation all-reduces in every layer need fast links\n'data' across nodes, with fewer, fatter shards",
