@@ -100,6 +100,7 @@ from helpers.parallelism.collectives import (
 from helpers.parallelism.context import (
     MASKED,
     attention_block,
+    attention_block_grads,
     causal_block_work,
     chunk_positions,
     contiguous_chunks,
@@ -111,8 +112,10 @@ from helpers.parallelism.experts import (
     MoESpec,
     Routing,
     dispatch_weights,
+    expected_drop_rate,
     expert_capacity,
     expert_parallel_mlp,
+    load_balance_loss,
     route,
 )
 from helpers.parallelism.pipeline import gpipe_pipeline
@@ -391,6 +394,7 @@ __all__ = [
     # parallelism/context
     "MASKED",
     "attention_block",
+    "attention_block_grads",
     "causal_block_work",
     "chunk_positions",
     "contiguous_chunks",
@@ -401,8 +405,10 @@ __all__ = [
     "MoESpec",
     "Routing",
     "dispatch_weights",
+    "expected_drop_rate",
     "expert_capacity",
     "expert_parallel_mlp",
+    "load_balance_loss",
     "route",
     # parallelism/pipeline
     "gpipe_pipeline",
