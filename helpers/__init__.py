@@ -128,6 +128,7 @@ _LAZY_MODULES = {
     "helpers.parallelism.context": (
         "MASKED",
         "attention_block",
+        "attention_block_grads",
         "causal_block_work",
         "chunk_positions",
         "contiguous_chunks",
@@ -136,6 +137,8 @@ _LAZY_MODULES = {
     ),
     "helpers.parallelism.experts": (
         "MoEMLP",
+        "expected_drop_rate",
+        "load_balance_loss",
         "MoESpec",
         "Routing",
         "dispatch_weights",
@@ -506,6 +509,7 @@ __all__ = [
     # parallelism/context
     "MASKED",
     "attention_block",
+    "attention_block_grads",
     "causal_block_work",
     "chunk_positions",
     "contiguous_chunks",
@@ -513,6 +517,8 @@ __all__ = [
     "zigzag_chunks",
     # parallelism/experts
     "MoEMLP",
+    "expected_drop_rate",
+    "load_balance_loss",
     "MoESpec",
     "Routing",
     "dispatch_weights",
