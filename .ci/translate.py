@@ -382,7 +382,7 @@ def messages(source: str, names: set[str] | frozenset[str] = frozenset()) -> lis
         found[start] = Message(start, end, n.lineno - 1, msgid, isinstance(n, ast.JoinedStr),
                                n.end_lineno - n.lineno + 1,
                                later[: len(later) - len(later.lstrip())])  # fmt: skip
-    return [found[k] for k in sorted(found) if _WORDS.search(found[k].msgid)]
+    return [found[k] for k in sorted(found)]  # entries() keeps those with English words
 
 
 def fields(template: str) -> list[tuple[bool, str]]:
@@ -534,6 +534,8 @@ def entries(doc: Doc, root: Path = ROOT) -> list[Entry]:
         for i, cell in enumerate(nb.cells):
             if cell.cell_type == "code" and not _is_setup(nb, i):
                 for m in messages(cell.source, names):
+                    if not _WORDS.search(m.msgid):
+                        continue
                     e = found.setdefault(m.msgid, Entry(m.msgid, message=True))
                     e.where.append(f"cell {i}, line {m.line + 1}")
                 for c in comments(cell.source):
