@@ -422,21 +422,27 @@ def _width(text: str) -> int:
 
 def _pieces(runs: list[tuple[bool, str]], limit: int, first: int) -> list[list[tuple[bool, str]]]:
     """Runs cut into pieces of at most ``limit`` columns (the first: ``first``), never inside a
-    field, an escape or an English word."""
+    field, an escape or an English word; after punctuation or a space where one is near."""
     pieces: list[list[tuple[bool, str]]] = [[]]
-    width, safe = 0, 0  # where the current piece may be cut: after its `safe` first runs
+    width, safe, good = 0, 0, 0  # the current piece may be cut after `safe` runs, best `good`
     for k, run in enumerate(runs):
         piece = pieces[-1]
         prev, next_ = (piece[-1][1][-1:] if piece else ""), run[1][:1]
         if piece and (prev == " " or not prev.isascii() or not next_.isascii()):
             safe = len(piece)  # not inside a run of ASCII, such as a name or a number
+            if prev in "，。；：、）”" or next_ in "（“" or prev == " " and next_.isascii():
+                good = len(piece)
         piece.append(run)
         width += _width(run[1])
-        if width > (first if len(pieces) == 1 else limit) and 0 < safe < len(piece):
+        over = width > (first if len(pieces) == 1 else limit)
+        if len(pieces) == 1 and over and not good and width <= limit:
+            continue  # the first line may run on to a good place to cut
+        if over and 0 < safe < len(piece):
             if k < len(runs) - 1:
-                pieces.append(piece[safe:])
-                del piece[safe:]
-                width, safe = sum(_width(r[1]) for r in pieces[-1]), 0
+                cut = good if good > len(piece) // 2 or len(pieces) == 1 and good else safe
+                pieces.append(piece[cut:])
+                del piece[cut:]
+                width, safe, good = sum(_width(r[1]) for r in pieces[-1]), 0, 0
     return [p for p in pieces if p]
 
 
