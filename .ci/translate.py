@@ -3,7 +3,8 @@
     python .ci/translate.py update   # after editing English: refresh every catalogue
     python .ci/translate.py build    # write the Chinese files from English + catalogues
     python .ci/translate.py check    # exit 1, one line per problem, when the editions drift
-    python .ci/translate.py stats    # translated / fuzzy / untranslated per catalogue
+    python .ci/translate.py stats    # translated / fuzzy / unconfirmed / to do per catalogue
+    python .ci/translate.py confirm CATALOGUE TEXT  # accept reviewed, unchanged translations
 
 Each English file has a catalogue ``i18n/zh/<stem>.po`` and a Chinese twin that is
 *generated*, never edited: ``notebooks/NN_x.ipynb`` -> ``notebooks/zh/NN_x.ipynb``,
@@ -14,15 +15,22 @@ by blank lines, a table's row. A block, not a whole cell, so that editing one pa
 long cell leaves the others translated; not a sentence, so that a translator can
 reorder the sentences of a paragraph, as Chinese often needs (Sphinx's gettext builder
 chose paragraphs for the same reasons). A code cell's comments are entries too: a run of
-whole-line comments at one indentation is one entry, a comment after code another. Fenced
-code, blocks with no English words (a badge, a formula) and tool pragmas (``# noqa``)
-are copied as they are. The code itself is always the English code.
+whole-line comments at one indentation is one entry, a comment after code another; so are
+the comments of a fenced shell block in markdown, and a pragma's explanation in words
+(``# noqa: F821 (why)``: the pragma stays). Fenced code, blocks with no English words (a
+badge, a formula) and bare pragmas (``# noqa``) are copied as they are. The sentences the
+code prints to the learner are entries too: each string literal given to ``hint=``,
+``right=`` or ``why=`` (see ``messages``); ``build`` writes their translations in place of
+the English literals, and that is the only code that differs from the English.
 
 ``update`` extracts today's entries, keeps every translation whose msgid is unchanged,
 and gives a changed entry the old translation marked ``fuzzy`` (the closest old msgid,
-as ``msgmerge`` does) or an empty one. ``check`` fails on an empty or fuzzy entry, on an
-entry the English no longer has, on a Chinese file that differs from what ``build``
-writes, and on a Chinese notebook whose code, comments stripped, differs from the English.
+as ``msgmerge`` does) or an empty one. Every translation carries a stamp of the English it
+was made from (see ``stamp_of``). ``check`` fails on an empty or fuzzy entry, on a
+translation stamped from other English and unchanged since (so clearing ``fuzzy`` alone
+does not pass), on an entry the English no longer has, on a Chinese file that differs from
+what ``build`` writes, and on a Chinese notebook whose code, comments stripped and printed
+messages masked, differs from the English.
 """
 
 from __future__ import annotations
