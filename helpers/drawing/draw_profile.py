@@ -418,7 +418,6 @@ def plot_knee_by_devices(
     to the caller (a figure of several panels). Returns the Axes.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator
 
     if not networks:
         raise ValueError("plot_knee_by_devices: networks must name at least one Network.")
@@ -460,6 +459,24 @@ def plot_knee_by_devices(
                 label=f"{' = '.join(labels)}, {net_name}",
             )  # fmt: skip
             drawn.append((labels, y, line))
+    _style_knee_axes(ax, cfg, flops_per_s, networks, devices, drawn, bytes_per_param, title, legend)
+    return ax
+
+
+def _style_knee_axes(
+    ax: Any,
+    cfg: cm.SizedModel,
+    flops_per_s: float,
+    networks: Mapping[str, cm.Network],
+    devices: Sequence[int],
+    drawn: list[tuple[list[str], np.ndarray, Any]],
+    bytes_per_param: float,
+    title: str | None,
+    legend: bool,
+) -> None:
+    """``plot_knee_by_devices``' node-boundary band, scales, ticks, title and legend."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
     g = next(iter(networks.values())).gpus_per_node
     ax.axvspan(g, 2 * g, color="0.85", zorder=0)
     ax.annotate(
@@ -490,7 +507,6 @@ def plot_knee_by_devices(
     if legend:  # below the axes: inside, it would hide the steep rise past the boundary
         ax.legend(fontsize=_FONT, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2)
     ax.grid(True, which="major", alpha=0.2)
-    return ax
 
 
 def _ticks_125(lo: float, hi: float) -> list[float]:

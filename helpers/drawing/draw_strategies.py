@@ -39,22 +39,10 @@ def _clusters(xy: dict[str, tuple[float, float]], span: tuple[float, float]) -> 
     return groups
 
 
-def plot_memory_vs_traffic(
-    points: Mapping[str, tuple[float, float]],
-    *,
-    ax: Any = None,
-    title: str | None = None,
-    notes: Mapping[str, str] | None = None,
-) -> Any:
-    """A scatter of one point per strategy: bytes held per device against bytes sent per step.
-
-    ``points`` maps a strategy's name to ``(held, sent)``: the bytes of training state on the
-    fullest device, and the bytes each device sends per training step. Points closer than 6%
-    of the axes' spans share one label (``"fsdp, fsdp_all"``), so no label covers another.
-    ``notes`` maps some of the strategies to a remark, written in italics above and left of
-    its point, with a line to it (say, why it sits where it does on this backend). Draws on ``ax`` if given;
-    returns the Axes.
-    """
+def _checked_points(
+    points: Mapping[str, tuple[float, float]], notes: Mapping[str, str] | None
+) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+    """``plot_memory_vs_traffic``'s arguments checked: ``(sent, held)`` per name, and the notes."""
     notes = dict(notes or {})
     if any(k not in points or not isinstance(v, str) for k, v in notes.items()):
         raise ValueError(
@@ -83,6 +71,26 @@ def plot_memory_vs_traffic(
                 f"got {value!r}."
             )
         xy[name] = (sent, held)
+    return xy, notes
+
+
+def plot_memory_vs_traffic(
+    points: Mapping[str, tuple[float, float]],
+    *,
+    ax: Any = None,
+    title: str | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> Any:
+    """A scatter of one point per strategy: bytes held per device against bytes sent per step.
+
+    ``points`` maps a strategy's name to ``(held, sent)``: the bytes of training state on the
+    fullest device, and the bytes each device sends per training step. Points closer than 6%
+    of the axes' spans share one label (``"fsdp, fsdp_all"``), so no label covers another.
+    ``notes`` maps some of the strategies to a remark, written in italics above and left of
+    its point, with a line to it (say, why it sits where it does on this backend). Draws on ``ax`` if given;
+    returns the Axes.
+    """
+    xy, notes = _checked_points(points, notes)
     import matplotlib.pyplot as plt
 
     if ax is None:
