@@ -394,6 +394,7 @@ _LAZY_MODULES = {
     "helpers.planning.calculator": (
         "calculator_plan",
         "draw_plans",
+        "draw_published_runs",
         "plan_calculator",
     ),
 }
@@ -717,6 +718,7 @@ __all__ = [
     # planning/calculator
     "calculator_plan",
     "draw_plans",
+    "draw_published_runs",
     "plan_calculator",
     # compat.py
     "AxisType",
