@@ -10,13 +10,14 @@ a deliberate error prints through ``helpers.expect_error``, so any error is a fa
 
 ``STAGE_DIR`` is written anew: ``index.md`` is the README with a table of contents of the
 notebooks and of the reference pages (``docs/glossary.md``, ``docs/errata.md``, staged as
-``docs/*.md``); ``notebooks/NN_*.ipynb`` are the executed notebooks, each solution cell tagged
+``docs/*.md``); ``plan.md`` is ``docs/plan.md``, the page that runs the planner in the
+browser (at the site's root: ``plan.html``); ``notebooks/NN_*.ipynb`` are the executed notebooks, each solution cell tagged
 ``hide-cell`` so that its page folds it (code and output) behind a "Show solution" toggle.
 In both, a link to a repository file that is not a page of the site points at it on GitHub.
 
 With ``--zh`` it stages the Chinese site instead (built into the English site's ``zh/``),
 under the same page names: ``README.zh.md`` as ``index.md``, ``notebooks/zh/NN_*.ipynb`` as
-``notebooks/NN_*.ipynb``, ``docs/zh/*.md`` as ``docs/*.md``. A Chinese notebook gets the
+``notebooks/NN_*.ipynb``, ``docs/zh/*.md`` as ``docs/*.md`` (``docs/zh/plan.md`` as ``plan.md``). A Chinese notebook gets the
 outputs of the English run, cell by cell: its code is the English code (``tests/
 test_translation.py`` checks that), so nothing is executed twice.
 """
@@ -42,8 +43,10 @@ _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _IMAGES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
 PAGES = ["docs/glossary.md", "docs/errata.md", "docs/terminology.md"]  # after the notebooks
 # The Chinese site's pages: where each lives in the repository -> its page in the stage.
+# The planner page (docs/conf.py loads its script): staged at the site's root, as plan.html.
+PLAN_PAGE = ("docs/plan.md", "plan.md")
 ZH_PAGES = {"docs/zh/glossary.md": "docs/glossary.md", "docs/zh/errata.md": "docs/errata.md",
-            "docs/terminology.md": "docs/terminology.md"}  # fmt: skip
+            "docs/terminology.md": "docs/terminology.md", "docs/zh/plan.md": PLAN_PAGE[1]}  # fmt: skip
 _SOLUTION_PROMPTS = {"code_prompt_show": "Show solution", "code_prompt_hide": "Hide solution"}
 
 
@@ -128,7 +131,7 @@ def landing_page(
     readme = "".join(line for line in readme.splitlines(keepends=True)
                      if line.strip() not in LANGUAGE_LINES)  # fmt: skip
     toc = "\n".join(f"notebooks/{p.stem}" for p in notebooks)
-    ref = "\n".join(p.removesuffix(".md") for p in PAGES)
+    ref = "\n".join(p.removesuffix(".md") for p in [PLAN_PAGE[1], *PAGES])
     return (
         site_links(readme, "", pages, stage)
         + f"\n\n```{{toctree}}\n:hidden:\n:caption: {captions[0]}\n:maxdepth: 1\n\n{toc}\n```\n"
@@ -200,6 +203,11 @@ def main(executed_dir: Path, stage: Path, chinese: bool = False) -> int:
     for page in PAGES:
         text = (ROOT / page).read_text()
         (stage / page).write_text(site_links(text, "docs", pages, stage))
+    # The planner page moves from docs/ to the root: its links to the notebooks and the
+    # other pages follow it, as the Chinese pages' do (zh_links).
+    moved = {p: p for p in pages}
+    plan = (ROOT / PLAN_PAGE[0]).read_text()
+    (stage / PLAN_PAGE[1]).write_text(zh_links(plan, "docs", "", moved, stage))
     readme = (ROOT / "README.md").read_text()
     (stage / "index.md").write_text(landing_page(readme, notebooks, stage))
     if chinese:

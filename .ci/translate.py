@@ -3,7 +3,8 @@
     python .ci/translate.py update   # after editing English: refresh every catalogue
     python .ci/translate.py build    # write the Chinese files from English + catalogues
     python .ci/translate.py check    # exit 1, one line per problem, when the editions drift
-    python .ci/translate.py stats    # translated / fuzzy / untranslated per catalogue
+    python .ci/translate.py stats    # translated / fuzzy / unconfirmed / to do per catalogue
+    python .ci/translate.py confirm CATALOGUE TEXT  # accept reviewed, unchanged translations
 
 Each English file has a catalogue ``i18n/zh/<stem>.po`` and a Chinese twin that is
 *generated*, never edited: ``notebooks/NN_x.ipynb`` -> ``notebooks/zh/NN_x.ipynb``,
@@ -14,26 +15,36 @@ by blank lines, a table's row. A block, not a whole cell, so that editing one pa
 long cell leaves the others translated; not a sentence, so that a translator can
 reorder the sentences of a paragraph, as Chinese often needs (Sphinx's gettext builder
 chose paragraphs for the same reasons). A code cell's comments are entries too: a run of
-whole-line comments at one indentation is one entry, a comment after code another. Fenced
-code, blocks with no English words (a badge, a formula) and tool pragmas (``# noqa``)
-are copied as they are. The code itself is always the English code.
+whole-line comments at one indentation is one entry, a comment after code another; so are
+the comments of a fenced shell block in markdown, and a pragma's explanation in words
+(``# noqa: F821 (why)``: the pragma stays). Fenced code, blocks with no English words (a
+badge, a formula) and bare pragmas (``# noqa``) are copied as they are. The sentences the
+code prints to the learner are entries too: each string literal given to ``hint=``,
+``right=`` or ``why=`` (see ``messages``); ``build`` writes their translations in place of
+the English literals, and that is the only code that differs from the English.
 
 ``update`` extracts today's entries, keeps every translation whose msgid is unchanged,
 and gives a changed entry the old translation marked ``fuzzy`` (the closest old msgid,
-as ``msgmerge`` does) or an empty one. ``check`` fails on an empty or fuzzy entry, on an
-entry the English no longer has, on a Chinese file that differs from what ``build``
-writes, and on a Chinese notebook whose code, comments stripped, differs from the English.
+as ``msgmerge`` does) or an empty one. Every translation carries a stamp of the English it
+was made from (see ``stamp_of``). ``check`` fails on an empty or fuzzy entry, on a
+translation stamped from other English and unchanged since (so clearing ``fuzzy`` alone
+does not pass), on an entry the English no longer has, on a Chinese file that differs from
+what ``build`` writes, and on a Chinese notebook whose code, comments stripped and printed
+messages masked, differs from the English.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
+import hashlib
 import io
 import re
 import sys
 import tokenize
 import tomllib
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,14 +61,20 @@ REPO_BLOB = (
     + "/blob/main/"
 )
 NOTE = (
-    "> **中文版说明：** 正文与代码注释已译成中文（每个 notebook 共用的第一个代码单元除外），"
-    "代码与英文版完全相同，运行时打印的输出和图中文字仍是英文。"
+    "> **中文版说明：** 正文、代码注释、练习的反馈和报错说明已译成中文（每个 notebook "
+    "共用的第一个代码单元格除外）；其余代码与英文版完全相同，运行时打印的其他输出和图中文字仍是英文。"
+    "网站上显示的是英文版运行的输出。"
 )
 # The READMEs' first lines link each other: the English line, and what the Chinese README shows.
 LANGUAGE_LINE = ("**English** · [中文](README.zh.md)", "[English](README.md) · **中文**")
 BINDER_TREE = "?urlpath=lab/tree/notebooks"
+# The README's JupyterLab commands open the notebooks' folder; the Chinese README's open the
+# Chinese notebooks' folder, as its Binder link does.
+LAB_TREE = re.compile(r"(--LabApp\.default_url=/lab/tree/notebooks)(?=[\s`]|$)", re.M)
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _PRAGMA = re.compile(r"^\s*(noqa|type:|fmt:|pragma|pylint|ruff:|isort:)")
+# a pragma followed by an explanation in words: the pragma is kept, the explanation translated
+_PRAGMA_SAYS = re.compile(r"^(noqa: *[A-Z]+[0-9]+(?:, *[A-Z]+[0-9]+)* +)(\(.*\))$")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _WORDS = re.compile(r"[A-Za-z]{2,}")
 _MARKER = re.compile(r"^\s*<!--.*-->\s*$")  # an HTML comment alone on its line
@@ -90,7 +107,7 @@ def documents(root: Path = ROOT) -> list[Doc]:
         for p in sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     ]
     docs.append(Doc("README.md", "README.zh.md", root))
-    docs += [Doc(f"docs/{n}", f"docs/zh/{n}", root) for n in ("glossary.md", "errata.md")]
+    docs += [Doc(f"docs/{n}", f"docs/zh/{n}", root) for n in ("glossary.md", "errata.md", "plan.md")]
     return docs
 
 
@@ -162,6 +179,7 @@ class Comment:
     column: int
     texts: list[str]
     trailing: bool
+    pragma: str = ""  # "noqa: F821 " before a translatable explanation, kept as it is
 
     @property
     def msgid(self) -> str:
@@ -188,11 +206,17 @@ def comments(source: str) -> list[Comment]:
             continue
         row, col = tok.start[0] - 1, tok.start[1]
         text = tok.string[1:].removeprefix(" ")
+        pragma = ""
         if _PRAGMA.match(text):
-            continue
-        trailing = bool(lines[row][:col].strip())
+            said = _PRAGMA_SAYS.match(text)  # "noqa: F821 (why)": the why is prose
+            if not said:
+                continue
+            pragma, text = said.groups()
+        trailing = bool(lines[row][:col].strip()) or bool(pragma)
         last = found[-1] if found else None
-        if (not trailing and last and not last.trailing and last.column == col
+        if pragma:
+            found.append(Comment([row], col, [text], trailing, pragma))
+        elif (not trailing and last and not last.trailing and last.column == col
                 and last.lines[-1] == row - 1):  # fmt: skip
             last.lines.append(row)
             last.texts.append(text)
@@ -214,18 +238,265 @@ def strip_comments(source: str) -> str:
     return "\n".join(line for line in lines if line.strip())
 
 
-def translate_comments(source: str, lookup: Callable[[str], str]) -> str:
+def translate_comments(
+    source: str, lookup: Callable[[str], str], found: list[Comment] | None = None
+) -> str:
     """``source`` with each comment entry replaced by its translation (the code untouched)."""
     lines = source.split("\n")
-    for c in reversed(comments(source)):
+    for c in reversed(comments(source) if found is None else found):
         new = lookup(c.msgid).split("\n")
         if c.trailing:
             row = c.lines[0]
-            lines[row] = lines[row][: c.column] + "# " + " ".join(new).strip()
+            lines[row] = lines[row][: c.column] + "# " + c.pragma + " ".join(new).strip()
             continue
         indent = lines[c.lines[0]][: c.column]
         lines[c.lines[0] : c.lines[-1] + 1] = [f"{indent}# {t}".rstrip() for t in new]
     return "\n".join(lines)
+
+
+_SHELL_COMMENT = re.compile(r"(?:^|(?<=\s))# (.*\S)")
+
+
+def fence_comments(block: str) -> list[Comment]:
+    """The comments (``# `` and words, at a line's start or after a space) of a fenced block.
+
+    A shell or Python block in markdown: its comments are prose, like a code cell's; a
+    directive such as ``#SBATCH`` or ``#!`` (no space) is not a comment.
+    """
+    found: list[Comment] = []
+    lines = block.split("\n")
+    for row, line in enumerate(lines[1:-1], start=1):
+        m = _SHELL_COMMENT.search(line)
+        if not m or line[: m.start()].count('"') % 2 or line[: m.start()].count("'") % 2:
+            continue
+        col, trailing = m.start(), bool(line[: m.start()].strip())
+        last = found[-1] if found else None
+        if (not trailing and last and not last.trailing and last.column == col
+                and last.lines[-1] == row - 1):  # fmt: skip
+            last.lines.append(row)
+            last.texts.append(m.group(1))
+        else:
+            found.append(Comment([row], col, [m.group(1)], trailing))
+    return [c for c in found if _WORDS.search(c.msgid)]
+
+
+# --- printed messages: the exercises' feedback and the errors' explanations ----------
+#
+# ``check(answer, verify, hint=..., right=...)`` and ``expect_error(..., why=...)`` print
+# sentences to the learner. Each string literal given to a ``hint``, ``right`` or ``why``
+# keyword (directly, or through a name assigned a literal anywhere in the notebook, such as
+# ``why = "..."``) is an entry; ``build`` writes its translation in the Chinese notebook's
+# code in place of the English literal. That literal is the only code that may differ.
+
+MESSAGE_KEYWORDS = ("hint", "right", "why")
+
+
+@dataclass
+class Message:
+    """One printed-message literal of a code cell: its span (character offsets) and msgid."""
+
+    start: int
+    end: int
+    line: int  # 0-based line of its start
+    msgid: str  # the string; for an f-string, its text with the ``{...}`` fields as written
+    fstring: bool
+    lines: int  # how many source lines the literal spans
+    indent: str  # the indentation of its continuation lines, when it spans several
+
+
+def _tree(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(_maskable(source))
+    except SyntaxError:
+        return None
+
+
+def _message_values(node: ast.expr) -> list[ast.expr]:
+    """The string literals a keyword's value or an assignment can print."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node]
+    if isinstance(node, ast.JoinedStr):
+        return [node]
+    if isinstance(node, ast.IfExp):
+        return _message_values(node.body) + _message_values(node.orelse)
+    return []
+
+
+def message_names(sources: list[str]) -> set[str]:
+    """Names given to ``hint=``, ``right=`` or ``why=`` anywhere in these cells."""
+    names = set()
+    for source in sources:
+        tree = _tree(source)
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.Call):
+                for k in node.keywords:
+                    if k.arg in MESSAGE_KEYWORDS:
+                        names |= _names_in(k.value)
+    return names
+
+
+def _names_in(node: ast.expr) -> set[str]:
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.IfExp):
+        return _names_in(node.body) | _names_in(node.orelse)
+    return set()
+
+
+def _template(node: ast.JoinedStr) -> str:
+    """An f-string's text as a translator sees it: literal braces doubled, fields as written."""
+    out = []
+    for v in node.values:
+        if isinstance(v, ast.Constant):
+            out.append(str(v.value).replace("{", "{{").replace("}", "}}"))
+            continue
+        assert isinstance(v, ast.FormattedValue)
+        expr = ast.unparse(v.value)
+        conversion = {-1: "", 115: "!s", 114: "!r", 97: "!a"}[v.conversion]
+        spec = ":" + _template(v.format_spec) if isinstance(v.format_spec, ast.JoinedStr) else ""
+        out.append("{" + (" " if expr.startswith("{") else "") + expr + conversion + spec + "}")
+    return "".join(out)
+
+
+def messages(source: str, names: set[str] | frozenset[str] = frozenset()) -> list[Message]:
+    """The printed-message literals of a code cell, in source order (see above)."""
+    tree = _tree(source)
+    if tree is None:
+        return []
+    nodes: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            for k in node.keywords:
+                if k.arg in MESSAGE_KEYWORDS:
+                    nodes += _message_values(k.value)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in names for t in node.targets
+        ):
+            nodes += _message_values(node.value)
+    lines = source.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def offset(row: int, col: int) -> int:  # ast's columns count UTF-8 bytes
+        return starts[row - 1] + len(lines[row - 1].encode()[:col].decode())
+
+    found = {}
+    for n in nodes:
+        assert n.end_lineno is not None and n.end_col_offset is not None
+        start, end = offset(n.lineno, n.col_offset), offset(n.end_lineno, n.end_col_offset)
+        later = lines[n.lineno] if n.end_lineno > n.lineno else ""
+        msgid = n.value if isinstance(n, ast.Constant) else _template(n)  # type: ignore[arg-type]
+        found[start] = Message(start, end, n.lineno - 1, msgid, isinstance(n, ast.JoinedStr),
+                               n.end_lineno - n.lineno + 1,
+                               later[: len(later) - len(later.lstrip())])  # fmt: skip
+    return [found[k] for k in sorted(found)]  # entries() keeps those with English words
+
+
+def fields(template: str) -> list[tuple[bool, str]]:
+    """An f-string text split into (is a field, text) runs; ``{{`` and ``}}`` stay literal."""
+    out: list[tuple[bool, str]] = []
+    i = 0
+    while i < len(template):
+        if template[i : i + 2] in ("{{", "}}"):
+            out.append((False, template[i : i + 2]))
+            i += 2
+        elif template[i] == "{":
+            depth, j, quote = 0, i, ""
+            while j < len(template):
+                ch = template[j]
+                if quote:
+                    quote = "" if ch == quote else quote
+                elif ch in "'\"":
+                    quote = ch
+                elif ch == "{":
+                    depth += 1
+                elif ch == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j += 1
+            out.append((True, template[i : j + 1]))
+            i = j + 1
+        else:
+            out.append((False, template[i]))
+            i += 1
+    return out
+
+
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pieces(runs: list[tuple[bool, str]], limit: int, first: int) -> list[list[tuple[bool, str]]]:
+    """Runs cut into pieces of at most ``limit`` columns (the first: ``first``), never inside a
+    field, an escape or an English word; after punctuation or a space where one is near."""
+    pieces: list[list[tuple[bool, str]]] = [[]]
+    width, safe, good = 0, 0, 0  # the current piece may be cut after `safe` runs, best `good`
+    for k, run in enumerate(runs):
+        piece = pieces[-1]
+        prev, next_ = (piece[-1][1][-1:] if piece else ""), run[1][:1]
+        if piece and (prev == " " or not prev.isascii() or not next_.isascii()):
+            safe = len(piece)  # not inside a run of ASCII, such as a name or a number
+            if prev in "，。；：、）”" or next_ in "（“" or prev == " " and next_.isascii():
+                good = len(piece)
+        piece.append(run)
+        width += _width(run[1])
+        over = width > (first if len(pieces) == 1 else limit)
+        if len(pieces) == 1 and over and not good and width <= limit:
+            continue  # the first line may run on to a good place to cut
+        if over and 0 < safe < len(piece):
+            if k < len(runs) - 1:
+                cut = good if good > len(piece) // 2 or len(pieces) == 1 and good else safe
+                pieces.append(piece[cut:])
+                del piece[cut:]
+                width, safe, good = sum(_width(r[1]) for r in pieces[-1]), 0, 0
+    return [p for p in pieces if p]
+
+
+def _literal(text: str, fstring: bool, indent: str = "", limit: int = 0, first: int = 0) -> str:
+    """A Python string literal (double quotes) for ``text``; cut into pieces over lines
+    joined by implicit concatenation when ``limit`` is given (inside brackets only)."""
+    esc = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    runs = fields(text) if fstring else [(False, ch) for ch in text]
+    runs = [(f, t if f else "".join(esc.get(ch, ch) for ch in t)) for f, t in runs]
+    out = []
+    cut = [runs]
+    if limit:  # even pieces: shrink the width while that leaves as many pieces
+        cut = _pieces(runs, limit, first or limit)
+        for k in range(1, 10):
+            tighter = _pieces(runs, limit - 3 * k, (first or limit) - 3 * k)
+            if len(tighter) > len(cut):
+                break
+            cut = tighter
+    for piece in cut:
+        body = "".join(t for _, t in piece)
+        prefix = "f" if fstring and any(f or "{" in t or "}" in t for f, t in piece) else ""
+        out.append(f'{prefix}"{body}"')
+    return ("\n" + indent).join(out)
+
+
+def translate_messages(source: str, lookup: Callable[[str], str], names: set[str]) -> str:
+    """``source`` with each printed-message literal replaced by its translation."""
+    for m in reversed(messages(source, names)):
+        zh = lookup(m.msgid)
+        if zh == m.msgid:
+            continue  # untranslated: the English literal, as written
+        limit = first = 0
+        if m.lines > 1:  # the English is cut over lines inside brackets: so is the Chinese
+            spanned = source.split("\n")[m.line : m.line + m.lines]
+            limit = max(30, max(len(x) for x in spanned) - len(m.indent) - 3)
+            first = max(20, limit - len(source[: m.start].rsplit("\n", 1)[-1]) + len(m.indent))
+        new = _literal(zh, m.fstring, m.indent, limit, first)
+        source = source[: m.start] + new + source[m.end :]
+    return source
+
+
+def mask_messages(source: str, names: set[str]) -> str:
+    """``source`` with every printed-message literal replaced by ``"…"``: the code around it."""
+    for m in reversed(messages(source, names)):
+        source = source[: m.start] + '"…"' + source[m.end :]
+    return source
 
 
 def _is_setup(nb: nbformat.NotebookNode, index: int) -> bool:
@@ -242,6 +513,11 @@ class Entry:
     msgid: str
     where: list[str] = field(default_factory=list)
     comment: bool = False
+    message: bool = False  # a printed-message literal of the code (see ``messages``)
+
+    @property
+    def kind(self) -> str:
+        return " (code comment)" if self.comment else " (printed message)" if self.message else ""
 
 
 def _markdown_units(doc: Doc, root: Path) -> Iterator[tuple[str, str]]:
@@ -260,13 +536,22 @@ def entries(doc: Doc, root: Path = ROOT) -> list[Entry]:
     found: dict[str, Entry] = {}
     for where, text in _markdown_units(doc, root):
         for block, _ in split_blocks(text):
+            if _FENCE.match(block):
+                for c in fence_comments(block):
+                    found.setdefault(c.msgid, Entry(c.msgid, comment=True)).where.append(where)
             for unit in units(block):
                 if translatable(unit):
                     found.setdefault(unit, Entry(unit)).where.append(where)
     if doc.is_notebook:
         nb = nbformat.read(root / doc.english, as_version=4)
+        names = message_names([c.source for c in nb.cells if c.cell_type == "code"])
         for i, cell in enumerate(nb.cells):
             if cell.cell_type == "code" and not _is_setup(nb, i):
+                for m in messages(cell.source, names):
+                    if not _WORDS.search(m.msgid):
+                        continue
+                    e = found.setdefault(m.msgid, Entry(m.msgid, message=True))
+                    e.where.append(f"cell {i}, line {m.line + 1}")
                 for c in comments(cell.source):
                     e = found.setdefault(c.msgid, Entry(c.msgid, comment=True))
                     e.where.append(f"cell {i}, line {c.lines[0] + 1}")
@@ -308,28 +593,102 @@ def update(doc: Doc, root: Path = ROOT) -> tuple[int, int, int]:
     unused = [e for e in by_id.values() if e.msgid not in {f.msgid for f in fresh}]
     for e in fresh:
         new = polib.POEntry(msgid=e.msgid, msgstr="")
-        new.comment = "; ".join(e.where) + (" (code comment)" if e.comment else "")
+        new.comment = "; ".join(e.where) + e.kind
         if e.msgid in by_id:
             prev = by_id[e.msgid]
             new.msgstr, new.flags = prev.msgstr, list(prev.flags)
             new.previous_msgid = prev.previous_msgid
             new.tcomment = prev.tcomment
+            if stamp_of(prev):
+                _write_stamp(new, *stamp_of(prev))  # type: ignore[misc]
             kept += 1
         else:
             near = difflib.get_close_matches(e.msgid, [u.msgid for u in unused], n=1, cutoff=0.6)
             if near and by_id[near[0]].msgstr:
-                new.msgstr, new.flags, new.previous_msgid = (
-                    by_id[near[0]].msgstr,
-                    ["fuzzy"],
-                    near[0],
-                )
+                prev = by_id[near[0]]
+                new.msgstr, new.flags, new.previous_msgid = prev.msgstr, ["fuzzy"], near[0]
+                new.tcomment = prev.tcomment
+                # the English this translation was made from, so that clearing `fuzzy` alone
+                # cannot pass `check`
+                _write_stamp(new, *(stamp_of(prev) or (digest(prev.msgid), digest(prev.msgstr))))
                 fuzzy += 1
             else:
                 empty += 1
         po.append(new)
+    restamp(po)
     doc.catalogue.parent.mkdir(parents=True, exist_ok=True)
     po.save(str(doc.catalogue))
     return kept, fuzzy, empty
+
+
+# --- stamps: the English each translation was made from -----------------------------
+#
+# Each translated entry carries an extracted comment ``stamp: en=<hash> zh=<hash>``: a hash
+# of the English (msgid) its translation was made from, and of that translation (msgstr).
+# ``update`` keeps the stamp when it marks an entry fuzzy, so the stamp still names the old
+# English. ``build`` restamps an entry whose translation changed (a translator revised it
+# for today's English). ``check`` fails on a translation stamped from other English that
+# has not changed since: clearing ``#, fuzzy`` alone no longer passes. A translator who
+# reviewed such an entry and finds it still right says so with ``confirm``.
+
+_STAMP = re.compile(r"^stamp: en=([0-9a-f]{12}) zh=([0-9a-f]{12})$", re.M)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def stamp_of(entry: polib.POEntry) -> tuple[str, str] | None:
+    """(hash of the English, hash of the translation) the entry was stamped with, if any."""
+    m = _STAMP.search(entry.comment or "")
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _write_stamp(entry: polib.POEntry, en: str, zh: str) -> None:
+    lines = [x for x in (entry.comment or "").split("\n") if x and not _STAMP.match(x)]
+    entry.comment = "\n".join([*lines, f"stamp: en={en} zh={zh}"])
+
+
+def restamp(po: polib.POFile) -> int:
+    """Stamp every translated entry whose translation is new or changed: made from today's
+    English. A fuzzy entry, and one whose translation did not change, keep their stamps."""
+    changed = 0
+    for e in po:
+        if e.obsolete or e.fuzzy or not e.msgstr.strip():
+            continue
+        stamp = stamp_of(e)
+        if stamp is None or stamp[1] != digest(e.msgstr):
+            _write_stamp(e, digest(e.msgid), digest(e.msgstr))
+            changed += 1
+    return changed
+
+
+def stale(entry: polib.POEntry) -> str:
+    """Why a translated, non-fuzzy entry's stamp does not vouch for it ('' when it does)."""
+    stamp = stamp_of(entry)
+    if stamp is None or stamp[1] != digest(entry.msgstr):
+        return "a translation not stamped since it changed (run build)"
+    if stamp[0] != digest(entry.msgid):
+        return "a translation made from other English, unchanged since"
+    return ""
+
+
+def confirm(doc: Doc, text: str) -> list[str]:
+    """Accept, as reviewed, the unchanged translations of ``doc``'s entries whose English
+    contains ``text``: clear ``fuzzy`` and stamp them with today's English. Returns them."""
+    po = load(doc)
+    done = []
+    for e in po:
+        if e.obsolete or not e.msgstr.strip() or text not in e.msgid:
+            continue
+        if e.fuzzy or stale(e):
+            e.flags = [f for f in e.flags if f != "fuzzy"]
+            e.previous_msgid = None
+            _write_stamp(e, digest(e.msgid), digest(e.msgstr))
+            done.append(e.msgid.split("\n")[0][:70])
+    if done:
+        po.save(str(doc.catalogue))
+    return done
 
 
 def _lookup(po: polib.POFile) -> Callable[[str], str]:
@@ -407,6 +766,9 @@ def rewrite_links(text: str, doc: Doc, anchors: Callable[[str], dict[str, str]])
 def _translate_markdown(text: str, lookup: Callable[[str], str], fix: Callable[[str], str]) -> str:
     out = []
     for block, sep in split_blocks(text):
+        if _FENCE.match(block):
+            out.append(translate_comments(block, lookup, fence_comments(block)) + sep)
+            continue
         done = [lookup(u) if translatable(u) else u for u in units(block)]
         out.append(fix("\n".join(done)) + sep)
     return "".join(out)
@@ -454,11 +816,13 @@ class Builder:
             text = (self.root / doc.english).read_text()
             if doc.english == "README.md":
                 text = text.replace(LANGUAGE_LINE[0], LANGUAGE_LINE[1])
+                return LAB_TREE.sub(r"\1/zh", _translate_markdown(text, lookup, fix))
             return _translate_markdown(text, lookup, fix)
         nb = nbformat.read(self.root / doc.english, as_version=4)
         zh = copy.deepcopy(nb)
         zh.metadata.pop("jupytext", None)
         zh.metadata["language"] = LANGUAGE
+        names = message_names([c.source for c in nb.cells if c.cell_type == "code"])
         first = True
         for i, cell in enumerate(zh.cells):
             if cell.cell_type == "markdown":
@@ -466,11 +830,17 @@ class Builder:
                 if first:
                     cell.source, first = _with_note(cell.source), False
             elif cell.cell_type == "code" and not _is_setup(zh, i):
-                cell.source = translate_comments(cell.source, lookup)
+                source = translate_messages(cell.source, lookup, names)
+                cell.source = translate_comments(source, lookup)
         return nbformat.writes(zh) + "\n"
 
     def build_one(self, doc: Doc) -> bool:
-        """Write ``doc``'s twin; whether it changed."""
+        """Stamp ``doc``'s revised translations and write its twin; whether the twin changed."""
+        if doc.catalogue.exists():
+            po = self._po.get(doc.english) or load(doc)
+            self._po[doc.english] = po
+            if restamp(po):
+                po.save(str(doc.catalogue))
         path = self.root / doc.twin
         text = self.render(doc)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -506,12 +876,20 @@ def problems(doc: Doc, builder: Builder | None = None) -> list[str]:
             found.append(f"{where}: fuzzy translation of {short!r}")
         elif not have[e.msgid].msgstr.strip():
             found.append(f"{where}: untranslated {short!r}")
+        elif why := stale(have[e.msgid]):
+            hint = (
+                f"revise it, or after review: python .ci/translate.py confirm "
+                f"{doc.catalogue.stem} {short[:30]!r}"
+                if "other English" in why
+                else ""
+            )
+            found.append(f"{where}: {why}: {short!r}" + (f" ({hint})" if hint else ""))
         else:
             found += [f"{where}: {p} in the translation of {short!r}"
                       for p in structure(e, have[e.msgid].msgstr)]  # fmt: skip
-    stale = set(have) - {e.msgid for e in today}
+    gone = set(have) - {e.msgid for e in today}
     found += [f"{doc.catalogue.name}: entry no longer in the English (run update): "
-              f"{s.split(chr(10))[0][:60]!r}" for s in sorted(stale)]  # fmt: skip
+              f"{s.split(chr(10))[0][:60]!r}" for s in sorted(gone)]  # fmt: skip
     twin = root / doc.twin
     if not twin.exists():
         return [*found, f"{doc.twin}: missing (run build)"]
@@ -523,6 +901,11 @@ def problems(doc: Doc, builder: Builder | None = None) -> list[str]:
 
 
 _CODE = re.compile(r"`[^`]+`")
+# A span of English prose in code font (three words or more, one of them a function word, no
+# character of code), such as `128 × the model axis`: the translation may say it in Chinese.
+_PROSE_SPAN = re.compile(
+    r"^`(?=(?:[^`]*\s){2})(?=[^`]*\b(?:the|of|per|an?|to|and)\b)[^`()=._\"'\[\]:/<>{}]+`$"
+)
 _ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s")
 
 
@@ -530,6 +913,14 @@ def structure(entry: Entry, msgstr: str) -> list[str]:
     """What a translation broke of its English block's markdown (empty: nothing)."""
     msgid, found = entry.msgid, []
     if entry.comment:
+        return found
+    if entry.message:  # a string in the code: its f-string fields and code spans stay
+        ours = sorted(t for f, t in fields(msgid) if f)
+        if ours != sorted(t for f, t in fields(msgstr) if f):
+            found.append(f"f-string fields other than the English's {', '.join(ours)[:60]}")
+        missing = set(_CODE.findall(msgid)) - set(_CODE.findall(msgstr))
+        if missing:
+            found.append(f"code spans dropped or changed: {', '.join(sorted(missing))[:80]}")
         return found
     level = re.match(r"^(#{1,6}) ", msgid)
     if level and not msgstr.startswith(level.group(0)):
@@ -540,6 +931,7 @@ def structure(entry: Entry, msgstr: str) -> list[str]:
         found.append("a table row with another number of cells")
     spans = [{re.sub(r"\s+", " ", c) for c in _CODE.findall(t)} for t in (msgid, msgstr)]
     missing = spans[0] - spans[1]  # a span the English wraps over two lines may be one line
+    missing = {c for c in missing if not _PROSE_SPAN.match(c)}
     if missing:
         found.append(f"code spans dropped or changed: {', '.join(sorted(missing))[:80]}")
     lines = msgstr.split("\n")
@@ -556,30 +948,57 @@ def code_differs(english: Path, chinese: Path) -> list[str]:
     if len(en.cells) != len(zh.cells):
         return [f"{chinese.name}: {len(zh.cells)} cells, the English has {len(en.cells)}"]
     found = []
+    names = [
+        message_names([c.source for c in nb.cells if c.cell_type == "code"]) for nb in (en, zh)
+    ]
     for i, (a, b) in enumerate(zip(en.cells, zh.cells, strict=True)):
         if a.cell_type != b.cell_type or a.get("metadata") != b.get("metadata"):
             found.append(f"{chinese.name} cell {i}: its type or metadata differ from the English")
-        elif a.cell_type == "code" and strip_comments(a.source) != strip_comments(b.source):
+        elif a.cell_type == "code" and code_of(a.source, names[0]) != code_of(b.source, names[1]):
             found.append(f"{chinese.name} cell {i}: its code differs from the English")
     return found
+
+
+def code_of(source: str, names: set[str]) -> str:
+    """What must be the same in both editions: the code without its comments and with every
+    printed-message literal masked (those carry the language)."""
+    return strip_comments(mask_messages(source, names))
 
 
 def stats(doc: Doc) -> str:
     po = load(doc)
     today = {e.msgid for e in entries(doc)}
     live = [e for e in po if e.msgid in today]
-    done = sum(1 for e in live if e.msgstr.strip() and not e.fuzzy)
+    done = sum(1 for e in live if e.msgstr.strip() and not e.fuzzy and not stale(e))
+    unconfirmed = sum(1 for e in live if e.msgstr.strip() and not e.fuzzy and stale(e))
     fuzzy = sum(1 for e in live if e.fuzzy)
+    to_do = len(today) - done - fuzzy - unconfirmed
     return (
-        f"{doc.catalogue.name}: {done} translated, {fuzzy} fuzzy, {len(today) - done - fuzzy} to do"
+        f"{doc.catalogue.name}: {done} translated, {fuzzy} fuzzy, {unconfirmed} unconfirmed, "
+        f"{to_do} to do"
     )
 
 
+USAGE = "usage: python .ci/translate.py {update|build|check|stats|confirm CATALOGUE TEXT}"
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] not in {"update", "build", "check", "stats"}:
-        print("usage: python .ci/translate.py {update|build|check|stats}", file=sys.stderr)
+    if not argv or argv[0] not in {"update", "build", "check", "stats", "confirm"}:
+        print(USAGE, file=sys.stderr)
         return 2
     command = argv[0]
+    if command == "confirm":
+        by_stem = {d.catalogue.stem: d for d in documents()}
+        if len(argv) != 3 or Path(argv[1]).stem not in by_stem or not argv[2].strip():
+            print(USAGE + "\n  CATALOGUE: one of " + ", ".join(by_stem), file=sys.stderr)
+            return 2
+        done = confirm(by_stem[Path(argv[1]).stem], argv[2])
+        print(f"translate: confirmed {len(done)} entr{'y' if len(done) == 1 else 'ies'}"
+              + "".join(f"\n  {d}" for d in done))  # fmt: skip
+        return 0 if done else 1
+    if len(argv) != 1:
+        print(USAGE, file=sys.stderr)
+        return 2
     if command == "update":
         for doc in documents():
             kept, fuzzy, empty = update(doc)

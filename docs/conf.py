@@ -151,7 +151,23 @@ def _chinese_search_stemmer(app, exception) -> None:
         script.write_text(text.replace("= ChineseStemmer", "= EnglishStemmer"))
 
 
+# The "Plan your model" page (docs/plan.md, staged as the site's plan.html by .ci/stage_site.py)
+# runs the planner in the browser: its script and style load on that page only, and it finds
+# Pyodide and the planner's modules in the English site's planner/ (.ci/plan_page.py writes
+# them once; the Chinese page, one folder down, loads the same files).
+PLAN_PAGE = "plan"
+PLAN_ASSETS = "planner/"
+
+
+def _plan_page(app, pagename: str, templatename, context, doctree) -> None:
+    if pagename == PLAN_PAGE:
+        app.add_css_file("plan.css")
+        assets = ("../" if _chinese(app) else "") + PLAN_ASSETS
+        app.add_js_file("plan.js", loading_method="defer", **{"data-assets": assets})
+
+
 def setup(app):
+    app.connect("html-page-context", _plan_page)
     app.connect("config-inited", _chinese_site)
     app.connect("build-finished", _chinese_search_stemmer)
     app.connect("doctree-resolved", _launch_buttons)

@@ -10,6 +10,13 @@ lesson about an error cannot rot silently when a library changes.
 CONTRIBUTING.md). It never raises, so Run All goes on, and prints one of three verdicts:
 ``not attempted yet`` while the stub still holds ``...``, ``✗ Not yet: <hint>`` for a wrong
 answer, ``✓ Correct: <why>`` for a right one. The test suite runs every check all three ways.
+
+The Chinese edition (``notebooks/zh/``) runs the same code with Chinese ``hint``, ``right``
+and ``why`` strings (``.ci/translate.py`` writes them from the catalogues). When the strings
+a call is given hold Chinese, its own words are Chinese too: ``尚未作答`` (not attempted yet),
+``✗ 还不对`` (not yet), ``✓ 正确`` (correct), ``预期之中的报错`` (error, as expected). The
+language travels with the strings, so this works the same in Jupyter, Colab, VS Code and under
+nbclient, with no setting to make.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import re
 import textwrap
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +34,44 @@ __all__ = ["CaughtError", "cell_role", "check", "exercises", "expect_error", "is
 NOT_ATTEMPTED = "not attempted yet"
 WRONG = "✗ Not yet"
 RIGHT = "✓ Correct"
+# The same verdicts in the Chinese edition (see the module docstring).
+NOT_ATTEMPTED_ZH = "尚未作答"
+WRONG_ZH = "✗ 还不对"
+RIGHT_ZH = "✓ 正确"
+_WORDS = {
+    "en": {
+        "stub": f"{NOT_ATTEMPTED}: replace the ... in the cell above with your answer, run it, "
+        "then run this cell again.",
+        "wrong": WRONG,
+        "right": RIGHT + ".",
+        "hint": "Hint: ",
+        "raised": "your answer raised ",
+        "expected": "Error, as expected: ",
+        "colon": ": ",
+        "stop": ".",
+        "space": " ",
+    },
+    "zh": {
+        "stub": f"{NOT_ATTEMPTED_ZH}：把上面单元格里的 ... 换成你的答案，运行那个单元格，再运行本单元格。",
+        "wrong": WRONG_ZH,
+        "right": RIGHT_ZH + "。",
+        "hint": "提示：",
+        "raised": "你的答案引发了 ",
+        "expected": "预期之中的报错：",
+        "colon": "：",
+        "stop": "。",
+        "space": "",
+    },
+}
 _WIDTH = 100
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def _language(*texts: str | None) -> str:
+    """``"zh"`` when any of the messages a call was given holds Chinese, else ``"en"``."""
+    return "zh" if any(t and _CJK.search(t) for t in texts) else "en"
+
+
 _DOC_LINK = re.compile(r"\s*\(https?://[^)]*\)\s*$")
 
 
@@ -115,16 +160,36 @@ def expect_error(
             f"expect_error: the block was expected to raise {names}, but it ran without error. "
             "The lesson around it no longer holds: has a library changed its behaviour?"
         )
-    print(_wrap("Error, as expected: " + caught.line))
+    print(_wrap(_WORDS[_language(why)]["expected"] + caught.line))
     if why:
         print(_wrap(why))
 
 
 def _wrap(text: str) -> str:
     return "\n".join(
-        textwrap.fill(p, _WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+        _fill_wide(p)
+        if _CJK.search(p)
+        else textwrap.fill(p, _WIDTH, subsequent_indent="  ", break_on_hyphens=False)
         for p in text.split("\n")
     )
+
+
+_TOKEN = re.compile(r"[\x21-\u2e7f]+ *| +|[^\x21-\u2e7f ] *")  # a word or one wide character
+_NO_LINE_START = "，。、；：！？）》」』”’"
+
+
+def _fill_wide(paragraph: str) -> str:
+    """``textwrap.fill`` for text with Chinese: a wide character counts two columns, and a
+    line may break between two of them, never inside a word or before closing punctuation."""
+    lines, line, width = [], "", 0
+    for token in _TOKEN.findall(paragraph):
+        w = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in token.rstrip())
+        if line.strip() and width + w > _WIDTH and token[0] not in _NO_LINE_START:
+            lines.append(line.rstrip())
+            line, width = "  ", 2
+        line += token
+        width += w + len(token) - len(token.rstrip())
+    return "\n".join([*lines, line.rstrip()])
 
 
 def is_stub(answer: Any) -> bool:
@@ -157,20 +222,15 @@ def check(
       hint: what to look at again, printed with a wrong answer.
       right: a sentence printed with a right answer: what it shows.
     """
+    words = _WORDS[_language(hint, right)]
     if is_stub(answer):
-        print(
-            f"{NOT_ATTEMPTED}: replace the ... in the cell above with your answer, "
-            "run it, then run this cell again."
-        )
+        print(words["stub"])
         return
+    hint_line = f"\n{words['hint']}{hint}" if hint else ""
     try:
         verdict = verify(answer)
     except Exception as err:  # noqa: BLE001 - any failure of a wrong answer is a verdict
-        print(
-            _wrap(
-                f"{WRONG}: your answer raised {one_line(err)}" + (f"\nHint: {hint}" if hint else "")
-            )
-        )
+        print(_wrap(f"{words['wrong']}{words['colon']}{words['raised']}{one_line(err)}{hint_line}"))
         return
     if type(verdict).__name__ in ("bool_", "bool") or getattr(verdict, "shape", None) == ():
         # numpy's np.True_ and a 0-d jax/numpy boolean array (from `answer == x`) are
@@ -181,11 +241,12 @@ def check(
             )
         verdict = bool(verdict)
     if verdict is True:
-        print(_wrap(f"{RIGHT}." + (f" {right}" if right else "")))
+        print(_wrap(words["right"] + (f"{words['space']}{right}" if right else "")))
     elif isinstance(verdict, str) and verdict:
-        print(_wrap(f"{WRONG}: {verdict}" + (f"\nHint: {hint}" if hint else "")))
+        print(_wrap(f"{words['wrong']}{words['colon']}{verdict}{hint_line}"))
     elif verdict is False:
-        print(_wrap(f"{WRONG}." + (f" Hint: {hint}" if hint else "")))
+        hinted = f"{words['space']}{words['hint']}{hint}" if hint else ""
+        print(_wrap(f"{words['wrong']}{words['stop']}{hinted}"))
     else:
         raise TypeError(
             f"check: verify returned {verdict!r}; it must return True, False or a message."

@@ -14,7 +14,24 @@ browser has a process id, and each test ends it by that id and checks it is gone
   another host. A screenshot of one page is saved under the test's tmp dir. The Chinese
   site (``zh/``) is reached through the language switch, and every link and anchor of its
   pages resolves too; one Chinese page shows its figures, no error, the edition's note, and
-  buttons that open the Chinese notebook.
+  buttons that open the Chinese notebook. The planner page (``plan.html``, see below) is
+  checked too, with every request outside the site still refused.
+- The planner page, ``plan.html`` (``_check_plan_page``): ``helpers.plan``'s own modules, run
+  by Pyodide in the page. On a first visit (a fresh browser context) it is ready, the first
+  plan shown, within ``PLAN_READY_S`` on an idle machine (the limit grows with the load per
+  core); it ships under 15 MB of Pyodide and exactly the repository's planner; for
+  ``PLAN_CONFIGS`` random valid configurations (a seeded generator: named and pasted models,
+  every hardware, degrees, ZeRO, remat, batch, margin and other flags), and for the invalid
+  ones it draws on the way, the page shows what ``python -m helpers.plan`` prints in a
+  subprocess for the same flags: the same JSON (``--json -``) and table, or the same one-line
+  refusal; three chosen bad inputs show theirs; a search of LLaMA-3-70B's layouts on 64 H100s
+  is the command's, drawn one row per layout. The Chinese page (``zh/plan.html``, the
+  language switch's target) shows its labels in Chinese, runs the same search from its
+  address, and a refusal. Screenshots of both pages are saved under the test's tmp dir.
+- ``test_the_planner_page_ships_a_planner_that_needs_no_jax`` (no browser): the zip of the
+  planner's modules that ``.ci/plan_page.py`` writes for the page runs a plan, a search, a
+  ``--params`` plan and a pasted ``config.json`` in a Python where jax, numpy, matplotlib and
+  ipywidgets cannot be imported, from the zip alone.
 - ``test_jupyterlab_runs_notebook_01_through_its_ui`` starts JupyterLab as the README does
   (``test_launch.JupyterServer``: headless, loopback, token) in a copy of the repository,
   opens notebook 01, runs Run > Run All Cells, waits until every cell ran and the kernel is
@@ -32,13 +49,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import importlib.util
+import json
+import math
 import os
+import random
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import tomllib
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urldefrag, urlparse
@@ -49,6 +73,9 @@ import pytest
 from test_launch import LOOPBACK, ROOT, JupyterServer, _learner_clone
 
 from helpers.lesson import cell_role
+from helpers.planning.activations import REMATS
+from helpers.planning.hardware import HARDWARE
+from helpers.planning.models import NAMED_MODELS
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))  # 01_x, 03b_x, ...
 SITE_DEVICES = 8  # the count .ci/build_site renders
@@ -154,6 +181,22 @@ def browser_context(tmp_path: Path) -> Iterator[tuple[object, Chromium, list[str
 
     chromium = Chromium(chromium_executable(), tmp_path / "chromium-profile")
     offsite: list[str] = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.connect_over_cdp(chromium.endpoint())
+            context = offline_context(browser, offsite)
+            try:
+                yield context, chromium, offsite
+            finally:
+                context.close()
+                browser.close()
+    finally:
+        chromium.stop()
+
+
+def offline_context(browser, offsite: list[str]):
+    """A new browser context (its own cache) at desktop size, which refuses every request
+    to a host other than loopback and records its URL in ``offsite``."""
 
     def route(r):
         url = urlparse(r.request.url)
@@ -163,18 +206,9 @@ def browser_context(tmp_path: Path) -> Iterator[tuple[object, Chromium, list[str
             offsite.append(r.request.url)
             r.abort()
 
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.connect_over_cdp(chromium.endpoint())
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            context.route("**/*", route)
-            try:
-                yield context, chromium, offsite
-            finally:
-                context.close()
-                browser.close()
-    finally:
-        chromium.stop()
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.route("**/*", route)
+    return context
 
 
 # ---------------------------------------------------------------------------
@@ -187,11 +221,17 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # not a page left mid-download
+            super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def serve(directory: Path) -> Iterator[str]:
     """Serve ``directory`` on a free loopback port, as GitHub Pages would; yields the base URL."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), handler)
+    server = _QuietServer((LOOPBACK, 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -286,7 +326,7 @@ def test_built_site_in_a_browser(tmp_path, request):
                 toggle.locator("summary").click()
                 assert toggle.locator("pre").first.is_visible()
 
-        for reference in ("docs/glossary", "docs/errata"):  # linked from the landing page
+        for reference in ("docs/glossary", "docs/errata", "plan"):  # linked from the landing page
             url = f"{base}{reference}.html"
             assert url in landing["links"], f"the landing page does not link {reference}"
             visit(url)
@@ -326,6 +366,7 @@ def test_built_site_in_a_browser(tmp_path, request):
         shot = tmp_path / f"site-{SITE_TEST_SCREENSHOT}.png"
         page.screenshot(path=str(shot))
         print(f"screenshot: {shot}")
+        _check_plan_page(context, site, base, tmp_path)
         assert not script_errors, "\n".join(script_errors)
         assert not offsite, f"the site fetched from other hosts: {sorted(set(offsite))}"
         pid = chromium.proc.pid
@@ -361,6 +402,317 @@ def _repository() -> dict[str, str]:
         "colab": f"https://colab.research.google.com/github/{owner}/{name}/blob/main",
         "binder": f"https://mybinder.org/v2/gh/{owner}/{name}/main?urlpath=lab/tree",
     }
+
+
+# ---------------------------------------------------------------------------
+# The planner page: python -m helpers.plan, run by Pyodide in plan.html
+# ---------------------------------------------------------------------------
+
+PLAN_CONFIGS = 20  # random valid configurations the page must plan as the command line does
+PLAN_SEED = 43
+PLAN_READY_S = 5.0  # the first plan shown, on an idle machine (see _ready_limit)
+PYODIDE_LIMIT = 15_000_000  # bytes of Pyodide the site may ship
+PLAN_TIMEOUT_MS = 180_000
+# Hugging Face config.json files to paste: a LLaMA-style dense model, GPT-2, an MoE.
+PASTED_CONFIGS = (
+    {"_name_or_path": "mistral-7b-like", "model_type": "mistral", "hidden_size": 4096,
+     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+     "intermediate_size": 14336, "vocab_size": 32000},
+    {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257},
+    {"_name_or_path": "mixtral-like", "model_type": "mixtral", "hidden_size": 4096,
+     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+     "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8,
+     "num_experts_per_tok": 2},
+)  # fmt: skip
+# Three inputs the command refuses, each with the start of its one-line message:
+# (flags, pasted config.json or None, Search instead of Plan).
+BAD_PLANS = (
+    (["--config", "llama3-8b", "--hardware", "h100", "--tp", "3"], None, False),
+    (["--config", "config.json", "--hardware", "h100"], "{ not json", False),
+    (["--config", "llama3-70b", "--hardware", "h100"], None, True),
+)
+SEARCH = ["--config", "llama3-70b", "--hardware", "h100", "--gpus", "64"]
+
+
+def _plan_page_module():
+    """``.ci/plan_page.py``, which writes the page's Pyodide and planner files."""
+    spec = importlib.util.spec_from_file_location("plan_page", ROOT / ".ci" / "plan_page.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ready_limit() -> float:
+    """``PLAN_READY_S`` on an idle machine. On a busy one (CI shares 2 cores) the page waits
+    for the CPU like every process, so the limit grows with the load per core."""
+    return PLAN_READY_S * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def _random_plan(rng: random.Random) -> tuple[list[str], str | None]:
+    """The flags of a plan (valid or not: the command decides) and the config.json to paste."""
+    pasted = None
+    if rng.random() < 0.25:
+        config = rng.choice(PASTED_CONFIGS)
+        pasted, model = json.dumps(config, indent=2), "config.json"
+        moe = "num_local_experts" in config
+    else:
+        model = rng.choice(sorted(NAMED_MODELS))
+        moe = NAMED_MODELS[model].is_moe
+    flags = ["--config", model, "--hardware", rng.choice(sorted(HARDWARE))]
+    degrees = {"dp": rng.choice([1, 2, 4, 8, 16, 32]), "tp": rng.choice([1, 1, 2, 4, 8]),
+               "pp": rng.choice([1, 1, 2, 4]), "cp": rng.choice([1, 1, 1, 1, 2]),
+               "ep": rng.choice([1, 2, 8]) if moe else 1}  # fmt: skip
+    flags += [x for axis, d in degrees.items() if d > 1 for x in (f"--{axis}", str(d))]
+    zero = rng.choice([0, 1, 2, 3])
+    flags += ["--zero", str(zero)] if zero else []
+    flags += ["--keep-gathered"] if zero == 3 and rng.random() < 0.3 else []
+    remat = rng.choice(REMATS)
+    flags += ["--remat", remat] if remat != "none" else []
+    flags += ["--precision", "f32"] if rng.random() < 0.15 else []
+    seq = rng.choice([2048, 4096, 4096, 8192])
+    flags += ["--seq", str(seq)] if seq != 4096 else []
+    micro = rng.choice([1, 1, 2])
+    flags += ["--micro-batch", str(micro)] if micro > 1 else []
+    if rng.random() < 0.3:
+        ranks = degrees["dp"] * degrees["ep"] * micro
+        flags += ["--global-batch", str(ranks * rng.choice([1, 2, 4, 8]))]
+    flags += ["--gpus", str(math.prod(degrees.values()))] if rng.random() < 0.3 else []
+    margin = rng.choice(["1.5", "1.5", "1", "1.2", "2"])
+    flags += ["--margin", margin] if margin != "1.5" else []
+    others = [["--grad-dtype", "fp32"], ["--tp-overlap"], ["--no-flash"],
+              ["--cross-node", "hierarchical"], ["--per-node", "4"], ["--link-gbps", "200"],
+              ["--virtual-stages", "2"]]  # fmt: skip
+    for more in rng.sample(others, k=rng.choice([0, 0, 1, 2])):
+        flags += more
+    return flags, pasted
+
+
+def _pairs(args: list[str]) -> list[tuple[str, ...]]:
+    """A command line as (flag, value) and (flag,) groups, sorted: the flags, in any order."""
+    groups: list[tuple[str, ...]] = []
+    for arg in args:
+        if arg.startswith("--") or not groups:
+            groups.append((arg,))
+        else:
+            groups[-1] += (arg,)
+    return sorted(groups)
+
+
+def _cli(flags: list[str], pasted: str | None, where: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m helpers.plan FLAGS`` in a subprocess, in ``where`` (with the pasted file)."""
+    if pasted is not None:
+        (where / "config.json").write_text(pasted)
+    return subprocess.run(
+        [sys.executable, "-m", "helpers.plan", *flags], cwd=where, capture_output=True,
+        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+_PLANNER_STATE = """() => {
+  const root = document.getElementById("planner");
+  const out = root.querySelector(".planner-output");
+  const text = sel => { const e = out && out.querySelector(sel); return e ? e.textContent : null; };
+  const figure = out && out.querySelector("svg.planner-figure");
+  return {
+    runs: +(root.dataset.runs || 0), failed: root.dataset.failed || null,
+    argv: out && out.dataset.argv ? JSON.parse(out.dataset.argv) : null,
+    code: out ? +out.dataset.code : null, error: text(".planner-error"),
+    json: text(".planner-json"), table: text(".planner-table"),
+    command: text(".planner-command"), rows: figure ? +figure.dataset.plans : 0,
+    buttons: [...root.querySelectorAll("button.planner-run")].map(b => b.textContent),
+  };
+}"""
+
+
+def _wait_ready(page) -> dict:
+    page.wait_for_function(
+        "() => { const r = document.getElementById('planner');"
+        " return r && (r.dataset.readyMs || r.dataset.failed); }",
+        timeout=PLAN_TIMEOUT_MS,
+    )
+    state = page.evaluate(_PLANNER_STATE)
+    assert not state["failed"], f"the planner did not start: {state['failed']}"
+    return state
+
+
+def _plan_in_page(page, flags: list[str], pasted: str | None, search: bool) -> dict:
+    """Set the page's form to ``flags`` (flags without a control go to "More flags"), press
+    Plan or Search, and return what the page then shows."""
+    controls = set(page.evaluate(
+        "() => [...document.querySelectorAll('#planner [data-flag]')].map(e => e.dataset.flag)"
+    ))  # fmt: skip
+    page.evaluate("""() => {
+      for (const c of document.querySelectorAll('#planner [data-flag]')) {
+        if (c.type === 'checkbox') c.checked = false;
+        else c.value = c.dataset.default || '';
+      }
+    }""")
+    more: list[str] = []
+    groups = [g for g in _pairs(flags) if g != ("--search",)]
+    for group in groups:
+        flag = group[0]
+        where = page.locator(f'#planner [data-flag="{flag}"]')
+        if flag == "--keep-gathered":
+            where.check()
+        elif flag in controls and len(group) == 2 and where.evaluate("e => e.tagName") == "SELECT":
+            where.select_option(group[1])
+        elif flag in controls and len(group) == 2:
+            where.fill(group[1])
+        else:
+            more += group
+    page.locator('#planner [data-flag="more"]').fill(" ".join(more))
+    if pasted is not None:
+        page.locator('#planner [data-flag="config-text"]').fill(pasted)
+    before = page.evaluate(_PLANNER_STATE)["runs"]
+    page.locator(f'#planner button[data-mode="{"search" if search else "plan"}"]').click()
+    page.wait_for_function(
+        "n => +(document.getElementById('planner').dataset.runs || 0) > n",
+        arg=before, timeout=PLAN_TIMEOUT_MS,
+    )  # fmt: skip
+    return page.evaluate(_PLANNER_STATE)
+
+
+def _same_as_cli(seen: dict, flags: list[str], pasted: str | None, where: Path) -> bool:
+    """The page showed what ``python -m helpers.plan`` prints for ``flags``; True if valid."""
+    search = "--search" in flags
+    said = f"the page's {seen['argv']} for {flags}"
+    assert _pairs(seen["argv"]) == _pairs(flags), said
+    as_json = _cli([*flags, "--json", "-"], pasted, where)
+    assert seen["code"] == as_json.returncode, f"{said}: exit {as_json.returncode}, page {seen}"
+    if as_json.returncode != 0:
+        line = as_json.stderr.strip().splitlines()[-1]
+        assert line.startswith("python -m helpers.plan: error: "), line
+        assert seen["error"] == line, f"{said}: the page says {seen['error']!r}, not {line!r}"
+        assert seen["json"] is None and seen["table"] is None and seen["rows"] == 0
+        return False
+    assert seen["json"] == as_json.stdout.rstrip("\n"), f"{said}: the JSON differs"
+    data = json.loads(as_json.stdout)
+    assert seen["rows"] == (len(data) if search else 1), f"{said}: {seen['rows']} rows drawn"
+    table = _cli(flags, pasted, where).stdout.rstrip("\n")
+    if search:  # the first line says how long the search took
+        table, seen_table = (re.sub(r" in \d+\.\d s", "", t) for t in (table, seen["table"]))
+    else:
+        seen_table = seen["table"]
+    assert seen_table == table, f"{said}: the table differs"
+    return True
+
+
+def _screenshot(page, path: Path) -> None:
+    """The whole page as a reader sees it at the top: nothing focused (the theme's "skip to
+    main content" link shows while it has the focus)."""
+    page.evaluate(
+        "() => { document.activeElement && document.activeElement.blur(); scrollTo(0, 0); }"
+    )
+    page.screenshot(path=str(path), full_page=True)
+
+
+def _check_plan_page(context, site: Path, base: str, tmp_path: Path) -> None:
+    """The planner page: see the module docstring."""
+    pyodide = site / "planner" / "pyodide"
+    shipped = sorted(p.name for p in pyodide.iterdir())
+    module = _plan_page_module()
+    assert shipped == sorted(module.PYODIDE_FILES), shipped
+    size = sum(p.stat().st_size for p in pyodide.iterdir())
+    assert size < PYODIDE_LIMIT, f"the site ships {size:,} bytes of Pyodide"
+    with zipfile.ZipFile(site / "planner" / "helpers.zip") as z:
+        assert sorted(z.namelist()) == module.planner_modules(ROOT), z.namelist()
+        stale = [n for n in z.namelist() if z.read(n) != (ROOT / n).read_bytes()]
+        assert not stale, f"the site's planner is not the repository's: {stale}"
+
+    # A context of its own: a first visit, with nothing of Pyodide in the browser's cache.
+    offsite: list[str] = []
+    cold = offline_context(context.browser, offsite)
+    page = cold.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    response = page.goto(base + "plan.html")
+    assert response is not None and response.ok
+    first = _wait_ready(page)
+    ready_ms = int(page.evaluate("document.getElementById('planner').dataset.readyMs"))
+    timings = page.evaluate("document.getElementById('planner').dataset.timings")
+    limit = _ready_limit()
+    print(f"plan.html: ready in {ready_ms / 1000:.1f} s (Pyodide, planner, first plan at "
+          f"{timings} ms; limit {limit:.1f} s at load {os.getloadavg()[0]:.1f}); "
+          f"{size / 1e6:.1f} MB of Pyodide")  # fmt: skip
+    assert ready_ms < 1000 * limit, f"plan.html took {ready_ms} ms to show its first plan"
+    work = tmp_path / "cli"
+    work.mkdir()
+    assert _same_as_cli(first, first["argv"], None, work)  # the plan it opens with
+
+    rng, valid, drawn = random.Random(PLAN_SEED), 0, 0
+    while valid < PLAN_CONFIGS:
+        drawn += 1
+        assert drawn <= 4 * PLAN_CONFIGS, f"only {valid} valid plans in {drawn} draws"
+        flags, pasted = _random_plan(rng)
+        seen = _plan_in_page(page, flags, pasted, search=False)
+        valid += _same_as_cli(seen, flags, pasted, work)
+    print(f"plan.html: {valid} valid and {drawn - valid} refused plans as the command's")
+
+    for flags, pasted, search in BAD_PLANS:
+        seen = _plan_in_page(page, flags, pasted, search)
+        assert not _same_as_cli(seen, flags + ["--search"] * search, pasted, work), flags
+        assert page.locator(".planner-error[role=alert]").is_visible(), flags
+
+    seen = _plan_in_page(page, SEARCH, None, search=True)
+    assert _same_as_cli(seen, [*SEARCH, "--search"], None, work)
+    assert seen["rows"] == 10, seen["rows"]
+    assert seen["command"].startswith("python -m helpers.plan --config llama3-70b")
+    _screenshot(page, tmp_path / "plan-page.png")
+
+    # The Chinese page: reached through the language switch; a search linked by its address.
+    switch = page.locator("p.language-switch a")
+    assert switch.get_attribute("href") == "zh/plan.html", switch.get_attribute("href")
+    hashed = "#" + "&".join([*SEARCH, "--search"])
+    response = page.goto(f"{base}zh/plan.html{hashed}")
+    assert response is not None and response.ok
+    seen = _wait_ready(page)
+    assert seen["buttons"] == ["规划这个布局", "搜索这些 GPU 的所有布局"], seen["buttons"]
+    assert _same_as_cli(seen, [*SEARCH, "--search"], None, work)
+    assert "上界 / 预期" in (page.locator("svg.planner-figure").text_content() or "")
+    _screenshot(page, tmp_path / "plan-page-zh.png")
+    flags, pasted, search = BAD_PLANS[0]
+    assert not _same_as_cli(_plan_in_page(page, flags, pasted, search), flags, pasted, work)
+    cold.close()
+    print(f"screenshots: {tmp_path / 'plan-page.png'}, {tmp_path / 'plan-page-zh.png'}")
+    assert not errors, "\n".join(errors)
+    assert not offsite, f"the planner page fetched from other hosts: {sorted(set(offsite))}"
+
+
+def test_the_planner_page_ships_a_planner_that_needs_no_jax(tmp_path):
+    planner = tmp_path / "helpers.zip"
+    module = _plan_page_module()
+    module.write_planner_zip(planner, ROOT)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(PASTED_CONFIGS[0]))
+    code = f"""
+import contextlib, io, json, sys, zipfile
+for name in ("jax", "jaxlib", "numpy", "matplotlib", "ipywidgets", "flax", "optax"):
+    sys.modules[name] = None  # `import {{name}}` raises ImportError
+sys.path.insert(0, {str(planner)!r})
+names = [n[:-3].replace("/", ".").removesuffix(".__init__")
+         for n in zipfile.ZipFile({str(planner)!r}).namelist()]
+for name in names:
+    __import__(name)
+from helpers.planning.plan import main
+for argv in (["--config", "llama3-8b", "--dp", "8", "--zero", "3"],
+             ["--config", "llama3-8b", "--gpus", "8", "--search", "--top", "3"],
+             ["--params", "7000000000", "--dp", "8"],
+             ["--config", {str(config)!r}, "--tp", "2"]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv + ["--json", "-"]) == 0, argv
+    json.loads(out.getvalue())
+print(sorted(names) == sorted(m for m in sys.modules if m.startswith("helpers")), len(names))
+"""
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    # every module of the zip imported, and nothing from outside it (-I: no PYTHONPATH)
+    assert out.stdout.split() == ["True", str(len(module.planner_modules(ROOT)))], out.stdout
 
 
 # ---------------------------------------------------------------------------

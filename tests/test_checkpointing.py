@@ -238,6 +238,67 @@ def test_paused_writes_holds_the_commit_until_the_block_ends(tmp_path, mesh8):
     assert ocp.type_handlers.get_type_handler(jax.Array) is original
 
 
+def test_wait_written_waits_for_the_array_data_but_not_the_commit(tmp_path, mesh8):
+    state = {"w": jax.device_put(jax.random.normal(jax.random.key(0), (512, 256)),
+                                 NamedSharding(mesh8, P("data")))}  # fmt: skip
+    with ocp.CheckpointManager(tmp_path) as mngr:
+        with paused_writes() as paused:
+            with pytest.raises(ValueError, match="no save started"):
+                paused.wait_written()
+            mngr.save(1, args=ocp.args.StandardSave(state))
+            assert paused.wait_written(timeout=60) >= 1
+            held = checkpoint_files(tmp_path)
+            assert mngr.is_saving_in_progress() and not (tmp_path / "1").exists()
+            assert all(path.startswith("1" + TMP_SUFFIX) for path in held)
+        mngr.wait_until_finished()
+    committed = checkpoint_files(tmp_path)
+
+    def array_data(files):
+        return sum(size for path, size in files.items() if "/ocdbt.process_" in path)
+
+    # 512 KiB of random floats do not compress: all of it was on disk before the commit.
+    assert array_data(held) == array_data(committed) > 400 * 1024
+    assert _names(tmp_path) == ["1"]
+
+
+def _failed_save_then_restart(directory: Path, mesh, cleanup: bool) -> list[str]:
+    """Step 1 saved, step 2 failed, then a restarted job saves step 3: what is left."""
+    with ocp.CheckpointManager(directory) as mngr:
+        mngr.save(1, args=ocp.args.StandardSave(_small_state(mesh, 1.0)))
+        mngr.wait_until_finished()
+        with failing_writes():
+            mngr.save(2, args=ocp.args.StandardSave(_small_state(mesh, 2.0)))
+            with pytest.raises(OSError):
+                mngr.wait_until_finished()
+    options = ocp.CheckpointManagerOptions(cleanup_tmp_directories=cleanup)
+    with ocp.CheckpointManager(directory, options=options) as restarted:
+        restarted.save(3, args=ocp.args.StandardSave(_small_state(mesh, 3.0)))
+    return _names(directory)
+
+
+def test_only_cleanup_removes_the_debris_of_a_step_not_saved_again(tmp_path, mesh8):
+    """Notebook 06 section 6: the restart saves another step, so only the option clears the
+    failed step's temporary directory (a save of the same step would remove it anyway)."""
+    kept = _failed_save_then_restart(tmp_path / "off", mesh8, cleanup=False)
+    assert len(kept) == 3 and {"1", "3"} <= set(kept)
+    assert any(n.startswith("2" + TMP_SUFFIX) for n in kept)  # the debris stayed
+    assert _failed_save_then_restart(tmp_path / "on", mesh8, cleanup=True) == ["1", "3"]
+
+
+def test_a_second_save_of_the_failed_step_removes_its_debris_without_cleanup(tmp_path, mesh8):
+    """Why notebook 06 must not restart at the failed step: orbax's own save of step 2
+    deletes the leftover ``2.orbax-checkpoint-tmp`` first (``_create_tmp_directory``)."""
+    with ocp.CheckpointManager(tmp_path) as mngr:
+        with failing_writes():
+            mngr.save(2, args=ocp.args.StandardSave(_small_state(mesh8, 2.0)))
+            with pytest.raises(OSError):
+                mngr.wait_until_finished()
+    assert any(n.startswith("2" + TMP_SUFFIX) for n in _names(tmp_path))
+    with ocp.CheckpointManager(tmp_path) as mngr:  # cleanup_tmp_directories is off by default
+        mngr.save(2, args=ocp.args.StandardSave(_small_state(mesh8, 2.0)))
+    assert _names(tmp_path) == ["2"]
+
+
 def test_failed_save_leaves_previous_checkpoint_restorable(tmp_path, mesh8):
     good = _small_state(mesh8, 1.0)
     expected = jax.tree.map(np.asarray, good)

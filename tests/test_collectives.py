@@ -21,6 +21,7 @@ from helpers.parallelism.collectives import (
     gpipe_schedule,
     hlo_op_sequence,
     read_blocks,
+    ring_all_gather_rounds,
     ring_bytes,
     tag_blocks,
 )
@@ -108,6 +109,30 @@ def test_blocks_by_device_reads_real_shards(mesh):
     assert held[5] == (Block(0, (5,)),)
     with pytest.raises(ValueError, match="placed jax.Array"):
         blocks_by_device(np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_ring_all_gather_rounds_pass_one_block_per_round_and_end_as_all_gather(n):
+    rounds = ring_all_gather_rounds(n)
+    assert len(rounds) == n  # before, then n-1 rounds
+    assert rounds[0] == expected_blocks("all_gather", n)[0]
+    assert rounds[-1] == expected_blocks("all_gather", n)[1]
+    sent = 0
+    for k in range(1, n):
+        for d in range(n):
+            arrived = set(rounds[k][d]) - set(rounds[k - 1][d])
+            # one new block a round, from the device k places back round the ring ...
+            assert arrived == {Block(0, ((d - k) % n,))}
+            # ... which device d-1 held after the round before: it passed it on
+            assert Block(0, ((d - k) % n,)) in rounds[k - 1][(d - 1) % n]
+            sent += 1
+    assert sent == n * (n - 1)  # n-1 blocks per device: ring_bytes's b·(n-1)
+    assert ring_bytes("all_gather", 1.0, n) == n - 1
+
+
+def test_ring_all_gather_rounds_rejects_a_bad_count():
+    with pytest.raises(ValueError, match="n_devices=0 must be between"):
+        ring_all_gather_rounds(0)
 
 
 def test_ring_bytes_closed_forms():

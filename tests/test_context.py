@@ -13,6 +13,7 @@ from helpers.drawing.draw_context import draw_causal_work
 from helpers.parallelism.context import (
     MASKED,
     attention_block,
+    attention_block_grads,
     causal_block_work,
     chunk_positions,
     contiguous_chunks,
@@ -111,6 +112,77 @@ def test_attention_block_refuses_bad_shapes(args, match):
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=match):
         attention_block(*args(q, k, v, np.arange(12)))
+
+
+def test_tiles_give_the_same_attention():
+    q, k, v = _qkv()
+    pos = np.arange(12)
+    want = attention_block(q, k, v, pos, pos)
+    for tile in (1, 3, 4, 12):
+        got = jax.jit(lambda q, k, v, t=tile: attention_block(q, k, v, pos, pos, tile=t))(q, k, v)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def _autodiff_grads(q, k, v, pos, dout):
+    out, pullback = jax.vjp(lambda q, k, v: attention_block(q, k, v, pos, pos)[0], q, k, v)
+    return out, pullback(dout)
+
+
+@pytest.mark.parametrize("tile", [None, 2, 6])
+def test_block_grads_summed_over_blocks_equal_autodiff(tile):
+    q, k, v = _qkv()
+    dout = jax.random.normal(jax.random.key(5), q.shape)
+    pos = np.arange(12)
+    out, lse = attention_block(q, k, v, pos, pos)
+    want = _autodiff_grads(q, k, v, pos, dout)[1]
+    dq = jnp.zeros_like(q)
+    dks, dvs = [], []
+    for keys in (pos[:6], pos[6:]):  # two blocks of keys, each with the whole row's out, lse
+        gq, gk, gv = attention_block_grads(
+            q, k[:, keys], v[:, keys], out, lse, dout, pos, keys, tile=tile
+        )
+        dq, dks, dvs = dq + gq, [*dks, gk], [*dvs, gv]
+    got = (dq, jnp.concatenate(dks, axis=1), jnp.concatenate(dvs, axis=1))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+
+
+def test_a_masked_block_adds_no_gradient():
+    q, k, v = _qkv()
+    pos = np.arange(12)
+    out, lse = attention_block(q, k, v, pos, pos)
+    dout = jnp.ones_like(q)
+    gq, gk, gv = attention_block_grads(
+        q[:, :6], k[:, 6:], v[:, 6:], out[:, :6], lse[:, :6], dout[:, :6], pos[:6], pos[6:]
+    )  # queries 0..5 see none of keys 6..11
+    assert float(jnp.abs(gq).max()) == float(jnp.abs(gk).max()) == float(jnp.abs(gv).max()) == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda q, k, v, p: attention_block(q, k, v, p, p, tile=5), "tile=5 must divide the 12"),
+        (lambda q, k, v, p: attention_block(q, k, v, p, p, tile=0), "tile=0 must be None"),
+        (lambda q, k, v, p: attention_block(q, k, v, p, p, tile=2.0), "tile=2.0"),
+        (
+            lambda q, k, v, p: attention_block_grads(q, k, v, q, q[..., 0], q[:, :3], p, p),
+            "dout must have shape",
+        ),
+        (
+            lambda q, k, v, p: attention_block_grads(q, k, v, q, q, q, p, p),
+            "lse must have shape",
+        ),
+        (
+            lambda q, k, v, p: attention_block_grads(q, k, v, q, q[..., 0], q, p, p, tile=7),
+            "tile=7",
+        ),
+    ],
+)
+def test_tiles_and_grads_refuse_bad_input(call, match):
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=match):
+        call(q, k, v, np.arange(12))
 
 
 def test_combine_refuses_bad_shapes():

@@ -285,7 +285,7 @@ def test_draw_sharding_rank3_folds_unsharded_dims(mesh8):
     got = blocks(ax)
     assert [devs for _, _, devs, _ in got] == [(i,) for i in range(8)]
     assert [start for start, _, _, _ in got] == [(8 * i, 0) for i in range(8)]  # (dim 1, dim 2)
-    assert "dim 0 (8) folded" in ax.get_title()
+    assert "dim 0 (8) not drawn, not split" in ax.get_title()
     assert ax.get_ylabel() == "dim 1: 64, split over 'data' (8)"
     assert ax.get_xlabel() == "dim 2: 32, not split"
     assert "global (8, 64, 32) -> per device (8, 8, 32)" in ax.get_title()
@@ -296,13 +296,13 @@ def test_draw_sharding_rank4_draws_the_two_sharded_dims(mesh24):
     assert len(blocks(ax)) == 8
     assert ax.get_ylabel().startswith("dim 1: 8, split over 'data'")
     assert ax.get_xlabel().startswith("dim 3: 16, split over 'model'")
-    assert "dim 0 (2), dim 2 (4) folded" in ax.get_title()
+    assert "dims 0, 2 (2, 4) not drawn, not split" in ax.get_title()
 
 
 def test_draw_sharding_rank3_unsharded_draws_last_two(mesh8):
     ax = draw_sharding(((4, 6, 8), NamedSharding(mesh8, P())))
     assert ax.get_ylabel().startswith("dim 1: 6") and ax.get_xlabel().startswith("dim 2: 8")
-    assert "dim 0 (4) folded" in ax.get_title()
+    assert "dim 0 (4) not drawn, not split" in ax.get_title()
     assert block_labels(ax) == ["all 8"]
 
 
@@ -313,7 +313,7 @@ def test_draw_sharding_three_sharded_dims_merges_folded_holders():
     assert len(got) == 4
     assert sorted(d for _, _, devs, _ in got for d in devs) == list(range(8))
     assert all(len(devs) == 2 for _, _, devs, _ in got)
-    assert "also split" in ax.get_title()
+    assert "not drawn, split too" in ax.get_title()
 
 
 def test_draw_sharding_rank1_and_rank0_are_strips(mesh8):
@@ -417,7 +417,7 @@ def _check_param_figure(fig, tree):
     kernel = panel(fig, "param:dense/kernel")
     assert [devs for _, _, devs, _ in blocks(kernel)] == [(i,) for i in range(8)]
     assert block_labels(panel(fig, "param:dense/bias")) == ["all 8"]
-    assert "folded" in panel(fig, "param:embed").get_title()
+    assert "not drawn" in panel(fig, "param:embed").get_title()
     bar_ax = fig.axes[-1]
     planned = planned_bytes_per_device(tree)
     bars = [p for p in bar_ax.patches if (p.get_gid() or "").startswith("bar:")]
@@ -595,12 +595,15 @@ def test_strategy_guide_names_every_strategy_and_question():
     texts = " ".join(t.get_text() for t in ax.texts)
     for needle in (
         "DP",
-        "FSDP over 'data'",
+        "FSDP (ZeRO-3) over 'data'",
         "FSDP × TP",
         "fit in ONE device's memory",
         "FLOP/s ÷ link bandwidth",
     ):
         assert needle in texts
+    fsdp = next(t.get_text() for t in ax.texts if "ZeRO-3" in t.get_text())
+    # textbook FSDP frees and gathers again: 3 units; keeping every layer gathered: 2
+    assert "sends 3·(N−1)/N" in fsdp and "2·(N−1)/N if it keeps every gathered layer" in fsdp
     assert len(ax.texts) >= 6 + 6  # six boxes, six labelled arrows at least
     plt.close(ax.figure)
 
@@ -628,12 +631,7 @@ def test_the_layer_after_one_that_spills_onto_a_second_row_starts_a_new_row(tran
     plt.close(fig)
 
 
-@pytest.mark.parametrize("shape", [(512, 128), (1024, 64)])
-def test_device_ids_keep_a_margin_inside_narrow_blocks(mesh8, shape):
-    """In strips one eighth of a panel wide, each id stays inside its own block with room to
-    spare, so that neighbouring digits never touch (they did at 85% of the width)."""
-    arr = jax.device_put(jnp.zeros(shape), NamedSharding(mesh8, P(None, "data")))
-    fig = draw_param_shardings({"layer": {"kernel": arr}})
+def _ids_and_blocks(fig):
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     blocks = {
@@ -645,8 +643,109 @@ def test_device_ids_keep_a_margin_inside_narrow_blocks(mesh8, shape):
     labels = [
         t for ax in fig.axes for t in ax.texts if (t.get_gid() or "").startswith("block-label:")
     ]
+    return renderer, blocks, labels
+
+
+@pytest.mark.parametrize("shape", [(128, 128), (64, 256)])
+def test_device_ids_keep_a_margin_inside_narrow_blocks(mesh8, shape):
+    """In strips one eighth of a panel wide, each id stays inside its own block with room to
+    spare, so that neighbouring digits never touch (they did at 85% of the width)."""
+    arr = jax.device_put(jnp.zeros(shape), NamedSharding(mesh8, P(None, "data")))
+    renderer, blocks, labels = _ids_and_blocks(draw_param_shardings({"layer": {"kernel": arr}}))
     assert len(blocks) == len(labels) == 8
     for t in labels:
+        assert t.get_visible() and t.get_fontsize() >= 9
         text, block = t.get_window_extent(renderer), blocks[t.get_gid().split(":", 1)[1]]
         assert block.x0 < text.x0 and text.x1 < block.x1
         assert text.width <= 0.8 * block.width
+
+
+@pytest.mark.parametrize("shape", [(512, 128), (1024, 64)])
+def test_blocks_too_narrow_for_9pt_ids_are_left_to_their_colour(mesh8, shape):
+    """A (512, 128) kernel drawn to scale is four times taller than wide: its eight column
+    blocks are too narrow for a 9 pt digit, so they carry none, and the note says why."""
+    arr = jax.device_put(jnp.zeros(shape), NamedSharding(mesh8, P(None, "data")))
+    fig = draw_param_shardings({"layer": {"kernel": arr}})
+    _, blocks, labels = _ids_and_blocks(fig)
+    assert len(blocks) == len(labels) == 8
+    assert not any(t.get_visible() for t in labels)
+    note = next(t.get_text() for t in fig.texts if t.get_gid() == "fold-note")
+    assert "too small to number shows its device by colour" in " ".join(note.split())
+
+
+# ---------------------------------------------------------------------------
+# To scale, and 9 pt at least (issue 40)
+# ---------------------------------------------------------------------------
+
+
+def drawn_ratio(ax):
+    """Height / width of an Axes' drawing box, in inches on the figure."""
+    ax.apply_aspect()
+    box = ax.get_position()
+    fw, fh = ax.figure.get_size_inches()
+    return (box.height * fh) / (box.width * fw)
+
+
+@pytest.mark.parametrize(
+    "shape, ratio, to_scale",
+    [((64, 128), 0.5, True), ((128, 512), 0.25, True), ((512, 128), 4.0, True),
+     ((96, 96), 1.0, True), ((128, 10), 4.0, False), ((8, 1024), 0.25, False)],
+)  # fmt: skip
+def test_draw_sharding_draws_a_grid_to_scale_or_says_it_is_not(mesh8, shape, ratio, to_scale):
+    ax = draw_sharding((shape, NamedSharding(mesh8, P("data"))))
+    assert drawn_ratio(ax) == pytest.approx(ratio, rel=0.02)
+    assert ("not to scale" in ax.get_title()) is not to_scale
+
+
+def test_each_panel_keeps_its_arrays_proportions_in_any_figure(mesh8):
+    """The same (512, 128) kernel is drawn four times taller than wide alone and beside other
+    arrays (it was square in one figure and tall in the next); a (128, 10) kernel, thinner
+    than 4:1, is drawn 4:1 and its panel says "not to scale"."""
+    s = NamedSharding(mesh8, P(None, "data"))
+    down = jax.ShapeDtypeStruct((512, 128), jnp.float32, sharding=s)
+    alone = draw_param_shardings({"down": down})
+    beside = draw_param_shardings({
+        "up": jax.ShapeDtypeStruct((128, 512), jnp.float32, sharding=s), "down": down,
+        "head": jax.ShapeDtypeStruct((128, 8), jnp.float32, sharding=s),
+        "emb": jax.ShapeDtypeStruct((64, 64), jnp.float32, sharding=s),
+    })  # fmt: skip
+    for fig in (alone, beside):
+        assert drawn_ratio(panel(fig, "param:down")) == pytest.approx(4.0, rel=0.02)
+        assert "not to scale" not in panel(fig, "param:down").get_title()
+    assert drawn_ratio(panel(beside, "param:up")) == pytest.approx(0.25, rel=0.02)
+    assert drawn_ratio(panel(beside, "param:emb")) == pytest.approx(1.0, rel=0.02)
+    head = panel(beside, "param:head")
+    assert drawn_ratio(head) == pytest.approx(4.0, rel=0.02)  # 16:1, drawn at the limit
+    assert "(not to scale)" in head.get_title()
+    note = next(t.get_text() for t in beside.texts if t.get_gid() == "fold-note")
+    assert "except where marked (not to scale)" in " ".join(note.split())
+
+
+def visible_texts(fig):
+    """Every Text the figure draws: figure texts, titles, labels, tick labels, texts."""
+    fig.canvas.draw()
+    found = list(fig.texts)
+    for ax in fig.axes:
+        if ax.get_visible():
+            found += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+            found += ax.texts + ax.get_xticklabels() + ax.get_yticklabels()
+    return [t for t in found if t.get_visible() and t.get_text().strip()]
+
+
+def test_layout_and_mesh_figures_print_nothing_under_9_points(transformer, mesh24):
+    cfg, model, x, order = transformer
+    figures = [
+        draw_param_shardings(
+            _abstract(model, x, make_mesh((4, 2), ("data", "model")), "fsdp_tp"), order=order
+        ),  # fmt: skip
+        draw_param_shardings({"kernel": jnp.ones((128, 10)), "bias": jnp.ones((10,))}),
+        draw_sharding(((64, 128), NamedSharding(mesh24, P("data", "model")))).figure,
+        draw_sharding(((2, 4096), NamedSharding(mesh24, P(None, "model")))).figure,
+        draw_mesh(mesh24).figure,
+        draw_mesh(make_mesh((2, 2, 2), ("a", "b", "c"))).figure,
+    ]
+    for fig in figures:
+        sizes = {t.get_text(): t.get_fontsize() for t in visible_texts(fig)}
+        assert sizes and min(sizes.values()) >= 9, sorted(sizes.items(), key=lambda kv: kv[1])[:3]
+    # Shown at 100 dpi, the widest stays within a notebook's column: 9 pt stays 9 pt.
+    assert all(fig.get_size_inches()[0] <= 10.5 for fig in figures[:2])

@@ -11,10 +11,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from matplotlib import colors as mcolors
+from test_props_draw_overlap import overlapping_labels
 
 from helpers import device_color
-from helpers.drawing.draw_comm import draw_collective, draw_pipeline_schedule
-from helpers.parallelism.collectives import Block, expected_blocks, gpipe_schedule
+from helpers.drawing.draw_comm import draw_collective, draw_pipeline_schedule, draw_ring_rounds
+from helpers.parallelism.collectives import (
+    Block,
+    expected_blocks,
+    gpipe_schedule,
+    ring_all_gather_rounds,
+)
 
 
 def _blocks(fig, panel):
@@ -101,3 +107,103 @@ def test_pipeline_schedule_rejects_bad_input():
         draw_pipeline_schedule(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="stage_devices has 1 entries for 2 stages"):
         draw_pipeline_schedule(gpipe_schedule(2, 2), stage_devices=[0])
+
+
+def test_pipeline_tables_share_a_scale_and_print_no_text_under_9pt():
+    from helpers.parallelism.schedules import (
+        interleaved_table,
+        one_f_one_b_table,
+        zero_bubble_table,
+    )
+
+    fig, axes = plt.subplots(2, 1, figsize=(12, 8))
+    split, zb = one_f_one_b_table(8, 8, split_backward=True), zero_bubble_table(8, 8)
+    for ax, s in zip(axes, (split, zb), strict=True):
+        draw_pipeline_schedule(s, ax=ax, span=split.ticks)
+    assert axes[0].get_xlim() == axes[1].get_xlim() == (0, split.ticks) and zb.ticks < split.ticks
+    with pytest.raises(ValueError, match="span"):
+        draw_pipeline_schedule(split, ax=axes[0], span=zb.ticks)
+    plt.close(fig)
+    # 46 ticks on 15 inches: every cell's number at 9 pt or more
+    ax = draw_pipeline_schedule(interleaved_table(8, 8, 2))
+    assert ax.texts and all(t.get_fontsize() >= 9 for t in ax.texts)
+    assert "where it fits" not in ax.get_title()
+    plt.close(ax.figure)
+    # too narrow for 9 pt: the numbers are left out, and the title says so
+    fig, ax = plt.subplots(figsize=(4, 3))
+    draw_pipeline_schedule(interleaved_table(8, 8, 2), ax=ax)
+    assert all(t.get_fontsize() >= 9 for t in ax.texts) and "where it fits" in ax.get_title()
+    plt.close(fig)
+
+
+def test_in_flight_draws_one_strip_per_device_and_says_when_it_was_recorded():
+    from helpers.drawing.draw_comm import draw_in_flight
+    from helpers.parallelism.schedules import gpipe_table, in_flight, one_f_one_b_table
+
+    g, o = gpipe_table(4, 8), one_f_one_b_table(4, 8)
+    fig = draw_in_flight([g, o], recorded=[in_flight(g), in_flight(o)])
+    assert len(fig.axes) == 8  # 4 devices x 2 schedules
+    lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.lines}
+    assert lines["in_flight:1F1B:device=3"].get_ydata().max() == 1  # the last stage holds one
+    assert "recorded" in fig._suptitle.get_text()
+    assert all(t.get_fontsize() >= 9 for ax in fig.axes for t in ax.texts)
+    plt.close(fig)
+    fig = draw_in_flight([g])
+    assert "from the table" in fig._suptitle.get_text()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="grid of"):
+        draw_in_flight([g, o], axes=[fig.axes[0]])
+    with pytest.raises(ValueError, match="same number of devices"):
+        draw_in_flight([g, gpipe_table(2, 2)])
+
+
+def _ring_squares(fig):
+    out = {}
+    for ax in fig.axes:
+        for p in ax.patches:
+            gid = p.get_gid() or ""
+            if gid.startswith("ring:"):
+                f = dict(kv.split("=") for kv in gid.split(":")[1:])
+                out[(int(f["round"]), int(f["device"]), int(f["source"]))] = (f["new"] == "1", p)
+    return out
+
+
+def test_ring_rounds_mark_the_block_that_arrived_in_its_source_colour():
+    fig = draw_ring_rounds(ring_all_gather_rounds(4), title="ring all-gather")
+    squares = _ring_squares(fig)
+    assert len(squares) == 4 * 4 * 4  # 4 panels of 4 devices x 4 sources
+    new, patch = squares[(2, 1, 3)]  # round 2: device 1 receives device 3's block (1 - 2 = -1)
+    assert new and mcolors.to_hex(patch.get_facecolor()) == device_color(3)
+    assert mcolors.to_hex(patch.get_edgecolor()) == "#000000"
+    assert [k for (k, d, s), (n, _) in squares.items() if n and d == 0] == [1, 2, 3]
+    empty = squares[(0, 0, 1)][1]  # before: device 0 holds only its own block
+    assert mcolors.to_hex(empty.get_facecolor()) == "#ffffff"
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["before", "after round 1", "after round 2", "after round 3"]
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_ring_rounds_print_no_text_over_text_and_nothing_outside_the_figure(n):
+    title = f"ring all-gather on {n} devices: in each round every device passes on the block it last received"
+    fig = draw_ring_rounds(ring_all_gather_rounds(n), title=title)
+    assert overlapping_labels(fig) == []
+    renderer = fig.canvas.get_renderer()
+    frame = fig.bbox
+    texts = [fig._suptitle] + [t for ax in fig.axes for t in (ax.title, *ax.texts) if t.get_text()]
+    for t in texts:
+        bb = t.get_window_extent(renderer)
+        assert frame.x0 - 1 <= bb.x0 and bb.x1 <= frame.x1 + 1, t.get_text()
+        assert frame.y0 - 1 <= bb.y0 and bb.y1 <= frame.y1 + 1, t.get_text()
+        assert t.get_fontsize() >= 9, t.get_text()
+    plt.close(fig)
+
+
+def test_draw_ring_rounds_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least the layout before round 1"):
+        draw_ring_rounds([])
+    summed = {0: (Block(0, (0, 1)),), 1: (Block(0, (0, 1)),)}
+    with pytest.raises(ValueError, match="whole blocks of one source device"):
+        draw_ring_rounds([summed])
+    with pytest.raises(ValueError, match="ncols=0 must be a positive"):
+        draw_ring_rounds(ring_all_gather_rounds(2), ncols=0)

@@ -10,6 +10,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from helpers.drawing.draw_profile import (  # noqa: E402
+    CASES,
+    HSDP_CASE,
+    ProjectionCase,
     plot_knee_by_devices,
     plot_projection,
     plot_results,
@@ -47,6 +50,11 @@ def test_plot_results_draws_every_step_and_the_memory(results, tmp_path):
     assert "simulated" in fig.texts[0].get_text()
     fig.savefig(tmp_path / "bars.png")
     assert (tmp_path / "bars.png").stat().st_size > 1000
+    for ax in fig.axes:  # no legend over a bar's note, no text under 9 pt
+        box = ax.get_legend().get_window_extent()
+        for text in ax.texts:
+            assert not box.overlaps(text.get_window_extent()), text.get_text()
+            assert text.get_fontsize() >= 9
     plt.close(fig)
 
 
@@ -57,38 +65,74 @@ def test_plot_results_on_a_gpu_does_not_call_it_noise(results):
     plt.close(fig)
 
 
+def test_the_cases_name_what_they_run():
+    by_label = {c.label: c for c in (*CASES, HSDP_CASE)}
+    assert by_label["fsdp (keeps gathers)"].kwargs() == {"keep_gathered": True, "remat": False}
+    assert by_label["fsdp (ZeRO-3, frees)"].kwargs() == {"keep_gathered": False, "remat": False}
+    assert by_label["fsdp + remat"].kwargs() == {"keep_gathered": False, "remat": True}
+    units = {c.label: cm.comm_units(c.strategy, keep_gathered=c.keep_gathered).total for c in CASES}
+    assert units == {
+        "dp": 2, "fsdp (keeps gathers)": 2, "fsdp (ZeRO-3, frees)": 3, "fsdp + remat": 3,
+    }  # fmt: skip
+
+
 def test_plot_projection_draws_the_cost_model_and_one_shared_knee():
     cfg = profile.PRESETS["gpu"]
     bws = {"NVLink": cm.NVLINK4, "PCIe": cm.PCIE5_X16}
     ax = plot_projection(cfg, 8, 989e12, bws, bytes_per_param=2, scaling_book=2197.8)
     lines = {line.get_label(): line for line in ax.get_lines()}
-    for want in ("compute alone", "compute alone, remat (8/6)", "dp, NVLink", "fsdp, NVLink",
+    for want in ("compute alone", "compute alone, remat (8/6)", "dp, NVLink",
+                 "fsdp (keeps gathers), NVLink", "fsdp (ZeRO-3, frees), NVLink",
                  "fsdp + remat, NVLink", "dp, PCIe", "fsdp + remat, PCIe"):  # fmt: skip
         assert want in lines, sorted(lines)
-    tokens = lines["fsdp, NVLink"].get_xdata()
+    tokens = lines["fsdp (keeps gathers), NVLink"].get_xdata()
     step = cm.step_cost(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, tokens=tokens, keep_gathered=True)
-    step = step.step_s
-    assert lines["fsdp, NVLink"].get_ydata() == pytest.approx(step * 1e3)
-    # The three knees coincide: one dotted line for all of them, and the scaling book's.
+    assert lines["fsdp (keeps gathers), NVLink"].get_ydata() == pytest.approx(step.step_s * 1e3)
+    zero3 = cm.step_cost(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, tokens=tokens)
+    assert lines["fsdp (ZeRO-3, frees), NVLink"].get_ydata() == pytest.approx(zero3.step_s * 1e3)
+    # Every knee coincides: one dotted line for all of them, and the scaling book's.
     knee = cm.knee_tokens(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, keep_gathered=True)
     dotted = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
     assert dotted == pytest.approx([knee])
     labels = [t.get_text() for t in ax.texts]
-    assert f"knee (dp, fsdp, fsdp + remat): {knee:,.0f} tokens" in labels
+    assert f"knee of every case: {knee:,.0f} tokens" in labels
     assert "scaling book C/W: 2,198 tokens" in labels
     assert ax.get_xscale() == "log" and "tokens per device" in ax.get_xlabel()
+    assert "no latency, no optimizer step" in ax.get_title()
+    # the labels sit in the headroom above every curve, the legend below the axes
+    fig = ax.figure
+    fig.canvas.draw()
+    top = max(max(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) > 2)
+    curves_top = ax.transData.transform((1e3, top))[1]
+    for text in ax.texts:
+        assert text.get_window_extent().y0 > curves_top, text.get_text()
+        assert text.get_fontsize() >= 9
+    legend = ax.get_legend()
+    assert legend.get_window_extent().y1 < ax.get_window_extent().y0
+    plt.close(fig)
+
+
+def test_plot_projection_takes_a_network_and_says_it_has_latency():
+    cfg = profile.PRESETS["gpu"]
+    ax = plot_projection(cfg, 8, 989e12, {"DGX": cm.DGX_H100}, cases=CASES[:2])
+    assert "NCCL's latency" in ax.get_title()
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    tokens = lines["dp, DGX"].get_xdata()
+    want = cm.step_cost(cfg, "dp", 8, 989e12, cm.DGX_H100, 4, tokens=tokens).step_s
+    assert lines["dp, DGX"].get_ydata() == pytest.approx(want * 1e3)
     plt.close(ax.figure)
 
 
 def test_plot_projection_joins_cases_whose_lines_coincide():
     cfg = profile.PRESETS["gpu"]
-    ax = plot_projection(
-        cfg, 8, 989e12, {"NVLink": cm.NVLINK4}, cases=(("fsdp", False), ("fsdp_all", False))
-    )
+    cases = (ProjectionCase("a", "fsdp"), ProjectionCase("b", "fsdp_all"))
+    ax = plot_projection(cfg, 8, 989e12, {"NVLink": cm.NVLINK4}, cases=cases)
     labels = [line.get_label() for line in ax.get_lines()]
-    assert "fsdp = fsdp_all, NVLink" in labels and "compute alone, remat (8/6)" not in labels
+    assert "a = b, NVLink" in labels and "compute alone, remat (8/6)" not in labels
     assert np.isfinite(ax.get_lines()[1].get_ydata()).all()
     plt.close(ax.figure)
+    with pytest.raises(ValueError, match="cases: .* is not a ProjectionCase"):
+        plot_projection(cfg, 8, 989e12, {"NVLink": cm.NVLINK4}, cases=(("fsdp", False),))
 
 
 @pytest.mark.parametrize("bandwidth", [cm.NVLINK4, cm.PCIE5_X16])
@@ -130,16 +174,20 @@ def _spans():
 def test_plot_trace_timeline_draws_a_row_per_device_and_marks_the_exposed_part():
     from helpers.drawing.draw import device_color
 
-    fig = plot_trace_timeline({"fsdp": _spans()}, where="CPU measurement")
+    fig = plot_trace_timeline({"fsdp": _spans()}, where="CPU measurement", notes={"fsdp": "n"})
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.get_yticklabels()] == ["device 0", "device 1", "device 2"]
-    assert "CPU measurement" in ax.get_title()
+    # compute per device: 0.1 + 0.05 ms; the note on a line of its own
+    assert ax.get_title() == (
+        "fsdp, last traced step (CPU measurement): compute 0.15 ms per device\nn"
+    )
     widths = sorted({round(p.get_width(), 3) for p in ax.patches})
     # compute 0.1 and 0.05 ms, the collective 0.4 ms, exposed 0.2 + 0.15 ms (around fusion.2)
     assert widths == [0.05, 0.1, 0.15, 0.2, 0.4]
     faces = {matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches}
     assert {device_color(d) for d in range(3)} <= faces
     assert [t.get_text() for t in ax.texts] == ["all-gather.1"]  # named on the top row only
+    assert min(t.get_fontsize() for t in (*ax.texts, *ax.get_yticklabels())) >= 9
     plt.close(fig)
     with pytest.raises(ValueError, match="traces must map"):
         plot_trace_timeline({})
@@ -147,13 +195,35 @@ def test_plot_trace_timeline_draws_a_row_per_device_and_marks_the_exposed_part()
 
 def test_plot_knee_by_devices_marks_the_node_boundary_and_joins_equal_knees():
     net = cm.Network(cm.NVLINK4, cm.IB_NDR_400, 8)
-    ax = plot_knee_by_devices(TINY, 1e15, {"one NIC": net}, cases=(("dp", False), ("dp", False)))
+    dp = ProjectionCase("dp", "dp")
+    ax = plot_knee_by_devices(TINY, 1e15, {"one NIC": net}, cases=(dp, dp))
     (line,) = ax.get_lines()
     assert line.get_label() == "dp = dp, one NIC"
     xs, ys = line.get_data()
     assert list(xs) == [2, 4, 8, 16, 32, 64, 128, 256, 512]
     assert ys[3] > 4 * ys[2]  # the ring leaves the node between 8 and 16 GPUs
     assert any("node boundary" in t.get_text() for t in ax.texts)
+    # a labelled 1-2-5 tick below the lowest knee and above the highest
+    lo, hi = ax.get_ylim()
+    ticks = [t for t in ax.get_yticks() if lo <= t <= hi]
+    assert min(ticks) <= min(ys) and max(ticks) >= max(ys)
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="networks must name"):
         plot_knee_by_devices(TINY, 1e15, {})
+
+
+def test_plot_knee_by_devices_draws_both_cross_node_models_and_shares_equal_lines():
+    net, gpu = cm.DGX_H100, profile.PRESETS["gpu"]
+    nets = {"hierarchical": net, "flat": net._replace(cross_node="flat")}
+    ax = plot_knee_by_devices(gpu, 989e12, nets, cases=(CASES[2], HSDP_CASE), legend=False)
+    labels = [line.get_label() for line in ax.get_lines()]
+    # HSDP's rings across nodes hold one GPU per node: both models give the same knees
+    assert labels == [
+        "fsdp (ZeRO-3, frees), hierarchical",
+        "hsdp (frees), hierarchical = flat",
+        "fsdp (ZeRO-3, frees), flat",
+    ]
+    (hier, _, flat) = ax.get_lines()
+    assert flat.get_ydata()[3] > hier.get_ydata()[3]  # at 16 GPUs the flat ring sends more
+    assert ax.get_legend() is None
+    plt.close(ax.figure)

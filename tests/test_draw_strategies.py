@@ -53,3 +53,50 @@ def test_small_numbers_use_a_small_unit():
 def test_bad_points_get_a_clear_error(points, match):
     with pytest.raises(ValueError, match=match):
         plot_memory_vs_traffic(points)
+
+
+def test_a_note_is_written_beside_its_point():
+    ax = plot_memory_vs_traffic(POINTS, notes={"fsdp": "this CPU all-reduces"})
+    try:
+        note = next(t for t in ax.texts if t.get_text() == "this CPU all-reduces")
+        assert note.xy == pytest.approx((3.0, 0.4)) and note.get_style() == "italic"
+    finally:
+        plt.close(ax.figure)
+    with pytest.raises(ValueError, match="notes must map strategies of points"):
+        plot_memory_vs_traffic(POINTS, notes={"zero3": "not a point"})
+
+
+def _live(steps, temp=None):
+    from helpers import LiveMemory
+
+    kinds = ("gathered parameters", "gradients", "activations", "other")
+    full = tuple({k: s.get(k, 0) for k in kinds} for s in steps)
+    return LiveMemory(full, ("forward",) * len(full), temp)
+
+
+def test_live_memory_panels_stack_the_kinds_on_one_scale():
+    from helpers import plot_live_memory
+
+    kept = _live([{"gathered parameters": 2 * 2**20}, {"gradients": 2**20}], temp=3 * 2**20)
+    freed = _live([{"gathered parameters": 2**19, "activations": 2**19}, {}])
+    fig = plot_live_memory({"kept": kept, "freed": freed}, title="t")
+    try:
+        top, bottom = fig.axes[:2]
+        assert top.get_title(loc="left") == "kept: peak 2.00 MiB"
+        assert bottom.get_title(loc="left") == "freed: peak 1.00 MiB"
+        assert top.get_ylim() == bottom.get_ylim() == pytest.approx((0, 3 * 1.15))
+        assert [line.get_ydata()[0] for line in top.lines] == [3.0]  # XLA's temp, dashed
+        assert not bottom.lines  # no temp given: no line
+        texts = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert texts == ["gathered parameters", "gradients", "activations", "other",
+                         "XLA's temp size"]  # fmt: skip
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(("lives", "match"), [({}, "non-empty mapping"), ({"a": 3}, "LiveMemory")])
+def test_live_memory_plot_wants_live_memories(lives, match):
+    from helpers import plot_live_memory
+
+    with pytest.raises(ValueError, match=match):
+        plot_live_memory(lives)

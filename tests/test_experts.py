@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
+from matplotlib.colors import to_hex
 
 from helpers import UnmappedLogicalNameWarning, logical_rules, make_mesh
 from helpers.compat import set_mesh
@@ -21,8 +22,10 @@ from helpers.parallelism.experts import (
     MoESpec,
     Routing,
     dispatch_weights,
+    expected_drop_rate,
     expert_capacity,
     expert_parallel_mlp,
+    load_balance_loss,
     route,
 )
 from helpers.placing.models import TransformerConfig
@@ -147,6 +150,60 @@ def test_transformer_without_moe_is_unchanged_and_with_moe_has_experts():
     assert params["block_0"]["mlp"]["wi"].names == ("expert", "embed", "mlp")
 
 
+def test_load_balance_loss_is_one_when_even_and_e_when_collapsed():
+    even = jnp.tile(jnp.eye(4) * 10.0, (8, 1))  # every expert first choice equally often, sharp
+    assert float(load_balance_loss(even, 1)) == pytest.approx(1.0, abs=1e-3)
+    collapsed = jnp.tile(jnp.array([[10.0, 0.0, 0.0, 0.0]]), (8, 1))
+    assert float(load_balance_loss(collapsed, 1)) == pytest.approx(4.0, abs=1e-3)
+    # top-2 counts both choices; it is differentiable through the probabilities only
+    logits = jax.random.normal(jax.random.key(0), (2, 16, 4))
+    value, grad = jax.value_and_grad(lambda lg: load_balance_loss(lg, 2))(logits)
+    assert 0.8 < float(value) < 1.3 and float(jnp.abs(grad).max()) > 0  # near 1: random logits
+    with pytest.raises(ValueError, match="k=5 must be at most the 4 experts"):
+        load_balance_loss(logits, 5)
+
+
+def test_expected_drop_rate_is_the_binomial_overflow():
+    # 16 tokens, top-2 of 16 experts: X ~ Binomial(16, 1/8), capacity 3
+    from math import comb
+
+    pmf = [comb(16, x) * (1 / 8) ** x * (7 / 8) ** (16 - x) for x in range(17)]
+    want = sum(max(x - 3, 0) * p for x, p in enumerate(pmf)) / 2
+    assert expected_drop_rate(16, 16, 2, 3) == pytest.approx(want, rel=1e-9)
+    assert expected_drop_rate(16, 16, 2, 32) == 0.0  # room for every choice
+    assert expected_drop_rate(4096, 16, 2, 640) < 1e-6  # a big group, capacity factor 1.25
+    assert expected_drop_rate(8, 2, 2, 5) == pytest.approx(3 / 8)  # k = E: every token, both
+    with pytest.raises(ValueError, match="capacity=0"):
+        expected_drop_rate(16, 16, 2, 0)
+
+
+def test_expected_drop_rate_matches_an_unbiased_router():
+    # an orthogonal router over Gaussian tokens: i.i.d. logits, every expert equally likely
+    router = jnp.linalg.qr(jax.random.normal(jax.random.key(1), (16, 16)))[0]
+    x = jax.random.normal(jax.random.key(2), (512, 16, 16))
+    kept = jax.vmap(lambda lg: route(lg, 2, 3).kept)(x @ router)
+    assert 1 - float(kept.mean()) == pytest.approx(expected_drop_rate(16, 16, 2, 3), abs=0.01)
+
+
+def test_moe_layer_sows_its_balance_only_when_asked():
+    x, router, wi, wo = _layer_inputs()
+    layer = MoEMLP(MoESpec(4, 2, 1.25), 16)
+    params = {"router": router, "wi": wi, "wo": wo}
+    variables = layer.init(jax.random.key(0), x)
+    assert set(variables) == {"params"}  # nothing sown at initialisation
+    out, sown = layer.apply({"params": params}, x, mutable=["losses", "intermediates"])
+    assert float(sown["losses"]["load_balance"][0]) == pytest.approx(
+        float(load_balance_loss(x @ router, 2)), rel=1e-6
+    )
+    share = np.asarray(sown["intermediates"]["expert_share"][0])
+    r = jax.vmap(lambda lg: route(lg, 2, expert_capacity(8, 4, 2, 1.25)))(x @ router)
+    np.testing.assert_allclose(
+        share, np.bincount(np.asarray(r.expert).ravel(), minlength=4) / r.expert.size
+    )
+    assert float(sown["intermediates"]["dropped"][0]) == pytest.approx(1 - float(r.kept.mean()))
+    np.testing.assert_allclose(out, layer.apply({"params": params}, x), atol=1e-6)
+
+
 def test_draw_routing_colours_tokens_and_experts_by_device():
     r = Routing(
         expert=jnp.array([[0, 3], [1, 2], [3, 0], [2, 1]]),
@@ -164,11 +221,33 @@ def test_draw_routing_colours_tokens_and_experts_by_device():
             if gid.startswith(("token:", "expert:")):
                 d = int(gid.split("device=")[1])
                 assert mcolor(p.get_facecolor()) == device_color(d)
+        for line in ax.lines:
+            gid = line.get_gid() or ""
+            if gid.endswith("kept=0"):  # a dropped choice: black, never a device's grey
+                assert to_hex(line.get_color()) == "#000000"
     plt.close(fig)
     with pytest.raises(ValueError, match="must divide"):
         draw_routing(r.expert, r.kept, n_experts=4, n_devices=3)
     with pytest.raises(ValueError, match="expert ids must lie"):
         draw_routing(r.expert + 4, r.kept, n_experts=4, n_devices=2)
+
+
+def test_draw_routing_bars_one_group_against_its_capacity():
+    r = route(jax.random.normal(jax.random.key(3), (12, 4)), 2, 5)
+    drawn = Routing(*(a[:4] for a in r))
+    fig = draw_routing(drawn.expert, drawn.kept, n_experts=4, n_devices=2,
+                       group=(r.expert, r.kept), capacity=5)  # fmt: skip
+    gids = [a.get_gid() or "" for ax in fig.axes for a in [*ax.patches, *ax.lines]]
+    assert "capacity:5" in gids
+    for e in range(4):  # the bars count the whole group's choices, not the drawn ones
+        routed = int((np.asarray(r.expert) == e).sum())
+        took = int(((np.asarray(r.expert) == e) & np.asarray(r.kept)).sum())
+        assert f"load:expert={e}:took={took}" in gids
+        assert f"load:expert={e}:dropped={routed - took}" in gids
+        assert took <= 5
+    plt.close(fig)
+    with pytest.raises(ValueError, match="capacity=0"):
+        draw_routing(drawn.expert, drawn.kept, n_experts=4, n_devices=2, capacity=0)
 
 
 def mcolor(rgba):

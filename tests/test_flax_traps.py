@@ -4,7 +4,7 @@ The traps ``nn.with_logical_partitioning`` users hit, each met by ``param_shardi
 so by ``init_sharded``, which places parameters only through it) before anything compiles:
 
 - ``nn.DenseGeneral``'s flat kernel under names for its final 3-D shape (google/flax#3676,
-  notebook 08 section 6.3): Flax's init under the mesh fails inside jax;
+  notebook 08, going deeper F): Flax's init under the mesh fails inside jax;
 - more names than the parameter has dimensions: jax's error, naming only a shape;
 - fewer names than dimensions: silent, the unnamed dimensions stay whole;
 - one logical name twice on one parameter (a square kernel): Flax's one-line error;

@@ -153,3 +153,43 @@ def test_check_takes_numpy_and_jax_booleans_as_verdicts(capsys):
     assert right.startswith(RIGHT) and wrong.startswith(WRONG)
     with pytest.raises(TypeError, match="must return True, False or a message"):
         check(3, lambda a: np.float32(1.0))
+
+
+def test_chinese_messages_get_the_chinese_verdicts(capsys):
+    """The Chinese edition passes Chinese hint/right/why strings: the framing follows them."""
+    from helpers.lesson import NOT_ATTEMPTED_ZH, RIGHT_ZH, WRONG_ZH
+
+    check(..., lambda a: True, hint="数一数设备")
+    check(3, lambda a: a == 4, hint="数一数设备", right="4 个设备")
+    check(4, lambda a: a == 4, hint="数一数设备", right="4 个设备")
+    check("x", lambda a: int(a), hint="数一数设备")
+    with expect_error(ValueError, why="每个设备拿到相等的一块。"):
+        raise ValueError("bad")
+    out = capsys.readouterr().out.strip().split("\n")
+    assert out[0].startswith(NOT_ATTEMPTED_ZH + "：") and NOT_ATTEMPTED not in out[0]
+    assert out[1] == f"{WRONG_ZH}。提示：数一数设备"
+    assert out[2] == f"{RIGHT_ZH}。4 个设备"
+    assert (
+        out[3].startswith(f"{WRONG_ZH}：你的答案引发了 ValueError") and out[4] == "提示：数一数设备"
+    )
+    assert out[5:] == ["预期之中的报错：ValueError: bad", "每个设备拿到相等的一块。"]
+
+
+def test_english_messages_keep_the_english_verdicts(capsys):
+    check(..., lambda a: True, hint="count the devices (× 2 — not ÷)")
+    with expect_error(ValueError, why="Each device gets an equal block."):
+        raise ValueError("bad")
+    out = capsys.readouterr().out
+    assert out.startswith(NOT_ATTEMPTED) and "Error, as expected: ValueError: bad" in out
+
+
+def test_a_long_chinese_message_wraps_between_characters_not_inside_words(capsys):
+    hint = "每个设备持有 kernel 的三分之一，以及完整的 bias；" * 6 + "最后是 all-gather。"
+    check(3, lambda a: False, hint=hint)
+    lines = capsys.readouterr().out.rstrip("\n").split("\n")
+    assert len(lines) > 1 and all(line.startswith("  ") for line in lines[1:])
+    assert "".join(line.strip() for line in lines).replace(" ", "") == (
+        f"✗还不对。提示：{hint}".replace(" ", "")
+    )
+    assert all(not line.lstrip().startswith(("，", "；", "。")) for line in lines[1:])
+    assert all(len(line) < 100 for line in lines), lines  # < 100 characters: ~100 columns

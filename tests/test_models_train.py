@@ -269,3 +269,40 @@ def test_transformer_tensor_parallel_trains_like_data_parallel():
     assert q.sharding.spec == jax.sharding.PartitionSpec(None, "model", None)
     assert tp_params["lm_head"]["kernel"].sharding.spec == jax.sharding.PartitionSpec(None, "model")
     _assert_same_training(tp_params, tp_losses, dp_params, dp_losses)
+
+
+@pytest.mark.parametrize(("remat", "scan_layers"), [(True, False), (False, True), (True, True)])
+def test_mlp_stack_remat_and_scan_compute_the_unrolled_model(remat, scan_layers):
+    """remat recomputes, scan stacks the blocks: neither changes the function or its gradient."""
+    cfg = dataclasses.replace(CFG, n_layers=3)
+    x, y = synthetic_batch(jax.random.key(0), cfg)
+    plain = nn.meta.unbox(cfg.model().init(jax.random.key(0), x))["params"]
+    variant = dataclasses.replace(cfg, remat=remat, scan_layers=scan_layers).model()
+    params = plain
+    if scan_layers:  # the same numbers, stacked along a leading "layers" dimension
+        blocks = [plain[f"block_{i}"] for i in range(cfg.n_layers)]
+        params = {k: v for k, v in plain.items() if not k.startswith("block_")}
+        params["blocks"] = {"block": jax.tree.map(lambda *a: jnp.stack(a), *blocks)}
+        boxed = jax.eval_shape(variant.init, jax.random.key(0), x)["params"]
+        up = boxed["blocks"]["block"]["up"]["kernel"]
+        assert up.names == ("layers", "embed", "mlp") and up.value.shape[0] == cfg.n_layers
+    assert jax.tree.structure(params) == jax.tree.structure(
+        nn.meta.unbox(jax.eval_shape(variant.init, jax.random.key(0), x))["params"]
+    )
+
+    def loss(model, p):
+        return cross_entropy(model.apply({"params": p}, x), y)
+
+    want, want_grad = jax.value_and_grad(lambda p: loss(cfg.model(), p))(plain)
+    got, got_grad = jax.value_and_grad(lambda p: loss(variant, p))(params)
+    np.testing.assert_allclose(float(got), float(want), rtol=1e-6)
+    if scan_layers:
+        want_grad = {k: v for k, v in want_grad.items() if not k.startswith("block_")} | {
+            "blocks": {
+                "block": jax.tree.map(
+                    lambda *a: jnp.stack(a), *[want_grad[f"block_{i}"] for i in range(3)]
+                )
+            }
+        }
+    for a, b in zip(jax.tree.leaves(got_grad), jax.tree.leaves(want_grad), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)

@@ -69,17 +69,18 @@ def test_connect_leaves_detection_to_jax_when_no_arguments_are_given(monkeypatch
     monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append((a, k)))
 
     mp.connect(mp.parse_args([]))  # what `srun python -m helpers.multiprocess` does
-    assert calls == [((None, None, None), {"initialization_timeout": 300})]
+    assert calls == [((), {})]  # jax.distributed.initialize(), with no arguments
 
     calls.clear()
     mp.connect(mp.parse_args(["--num-processes", "1"]))  # one process: no distributed runtime
     assert calls == []
 
     mp.connect(mp.parse_args(["--coordinator", "10.0.0.1:1234", "--num-processes", "2",
-                              "--process-id", "1", "--heartbeat-timeout", "7"]))  # fmt: skip
-    assert calls == [
-        (("10.0.0.1:1234", 2, 1), {"initialization_timeout": 300, "heartbeat_timeout_seconds": 7})
-    ]
+                              "--process-id", "1", "--heartbeat-timeout", "7",
+                              "--init-timeout", "60"]))  # fmt: skip
+    assert calls == [((), {"coordinator_address": "10.0.0.1:1234", "num_processes": 2,
+                           "process_id": 1, "initialization_timeout": 60,
+                           "heartbeat_timeout_seconds": 7})]  # fmt: skip
 
     calls.clear()
     mp.connect(mp.parse_args(["--coordinator", "127.0.0.1:4321", "--num-processes", "2",
@@ -100,14 +101,26 @@ def test_the_command_line_and_the_device_counts_it_fits():
 
 def test_process_rows_of_a_single_process_is_the_whole_batch():
     mesh = make_mesh((8, 1), ("data", "model"))
-    assert mp.process_rows(NamedSharding(mesh, P("data")), (32, 8, 64)) == slice(0, 32)
+    assert mp.process_rows(NamedSharding(mesh, P("data")), (32, 8, 64)) == [slice(0, 32)]
 
 
-def test_process_rows_refuses_rows_that_are_not_contiguous():
-    blocks = {0: (slice(0, 4),), 1: (slice(8, 12),)}
+def test_process_rows_gives_each_block_once_in_order_and_merges_neighbours():
+    # Devices of one process at rows 8:12 and 0:4 (two blocks), two replicas of 0:4, and
+    # blocks 12:16 and 16:20 that touch (one block).
+    blocks = {0: (slice(8, 12),), 1: (slice(0, 4),), 2: (slice(0, 4),), 3: (slice(12, 16),),
+              4: (slice(16, 20),), 5: (slice(None, 4),)}  # fmt: skip
     fake = SimpleNamespace(addressable_devices_indices_map=lambda shape: blocks)
-    with pytest.raises(ValueError, match="contiguous"):
-        mp.process_rows(fake, (16,))
+    assert mp.process_rows(fake, (32,)) == [slice(0, 4), slice(8, 20)]
+
+
+def test_batch_rows_makes_any_rows_alone_exactly_as_with_all_the_others():
+    cfg = mp.model_config()
+    x_all, y_all = mp.batch_rows(cfg, 1, 3, range(cfg.batch))
+    x_some, y_some = mp.batch_rows(cfg, 1, 3, [5, 20, 21])
+    assert x_all.shape == (cfg.batch, cfg.seq, cfg.d_model) and x_all.dtype == np.float32
+    assert np.array_equal(x_some, x_all[[5, 20, 21]]) and np.array_equal(y_some, y_all[[5, 20, 21]])
+    assert y_all.dtype == np.int32 and set(np.unique(y_all)) <= set(range(cfg.n_classes))
+    assert not np.array_equal(mp.batch_rows(cfg, 1, 4, [5])[0], x_all[[5]])  # another step
 
 
 def test_gloo_on_loopback_registers_a_cpu_factory(monkeypatch):

@@ -387,6 +387,78 @@ def test_remat_gathers_the_weights_again_and_recomputes_the_forward(tiny):
     assert r.flops_formula == plain.flops_formula  # model FLOPs, what MFU divides
 
 
+def test_compile_step_is_the_program_compare_strategies_timed(tiny):
+    from helpers.measuring.measure import collective_stats, step_memory
+
+    by_name, _, _ = tiny
+    for s in ("dp", "fsdp"):
+        step = profile.compile_step(s, "tiny")
+        assert profile.program_fingerprint(step.compiled) == by_name[s].program_fingerprint
+        assert collective_stats(step.compiled) == by_name[s].collectives
+        assert step_memory(step.compiled) == by_name[s].step_memory
+        assert step.workload.cfg == profile.workload_for("tiny", (s,), jax.devices()).cfg
+    specs = profile.compile_step("fsdp", "tiny")
+    kernel = specs.params["block_0"]["up"]["kernel"]
+    assert kernel.shape == (128, 512) and tuple(kernel.sharding.spec) == ("data", None)
+    assert tuple(specs.logical["block_0"]["up"]["kernel"]) == ("embed", "mlp")
+    assert tuple(specs.params["block_0"]["up"]["bias"].sharding.spec) in ((), (None,))
+
+
+def test_compile_step_takes_rules_of_your_own_and_a_config():
+    from helpers.measuring.measure import collective_stats
+    from helpers.placing.models import ModelConfig
+    from helpers.placing.sharding import LOGICAL_RULES
+
+    cfg = ModelConfig(d_model=64, d_ff=512, n_layers=3, n_classes=16, batch=2, seq=8)
+    dp_rules = LOGICAL_RULES["dp"]
+    width = tuple((name, "data" if name in ("batch", "mlp") else None) for name, _ in dp_rules)
+    step = profile.compile_step(width, cfg)
+    assert step.rules == width
+    assert tuple(step.params["block_1"]["down"]["kernel"].sharding.spec) == ("data", None)
+    stats = collective_stats(step.compiled)
+    # the up kernel, up bias and down kernel of each block, each gathered once
+    assert stats["all-gather"]["ops"] == 3 * cfg.n_layers
+    split = cfg.n_layers * (2 * cfg.d_model * cfg.d_ff + cfg.d_ff)
+    sent = sum(v["sent_per_device"] for v in stats.values())
+    # and every gradient all-reduced, with the loss (one f32) in the same all-reduce
+    want = (split + 2 * (cfg.param_count() + 1)) * 4 * 7 / 8
+    assert sent == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "layout, said",
+    [
+        ("zero", "is not one of"),
+        ((("batch", "nowhere"),), "neither a strategy of LOGICAL_RULES .* nor logical rules"),
+        ("not rules", "is not one of"),
+        ([("batch",)], "neither a strategy"),
+        (42, "neither a strategy"),
+    ],
+)
+def test_compile_step_refuses_a_layout_it_cannot_read(layout, said):
+    with pytest.raises(ValueError, match=said):
+        profile.compile_step(layout, "tiny")
+
+
+def test_compile_step_resizes_a_preset_as_compare_strategies_does():
+    three = jax.devices()[:3]
+    (dp3, _) = profile.compare_strategies(
+        ("dp", "fsdp"), preset="tiny", devices=three, dry_run=True, progress=False
+    )
+    alone = profile.compile_step("dp", "tiny", devices=three)
+    assert alone.workload.cfg.d_model == 128  # DP splits nothing: nothing to resize
+    both = profile.compile_step("dp", "tiny", devices=three, resize_for=("dp", "fsdp"))
+    assert both.workload.cfg.d_model == dp3.config["d_model"] == 144  # 3 x 48
+    assert profile.program_fingerprint(both.compiled) == dp3.program_fingerprint
+    with pytest.raises(ValueError, match="is not one of"):
+        profile.compile_step("dp", "tiny", resize_for=("zero",))
+
+
+def test_compile_step_refuses_a_degenerate_mesh():
+    with pytest.raises(ValueError, match="repeat each other's work"):
+        profile.compile_step("dp", "tiny", mesh_shape=(4, 2))
+
+
 def test_gpu_compiler_options_exist_in_this_jaxlib(monkeypatch):
     """XLA rejects an unknown option by name, on any backend: compiling proves the names."""
     import jax.numpy as jnp

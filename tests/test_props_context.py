@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from helpers.parallelism.context import (
     attention_block,
+    attention_block_grads,
     causal_block_work,
     chunk_positions,
     contiguous_chunks,
@@ -67,3 +68,24 @@ def test_combining_any_split_of_the_keys_gives_attention_over_all(length, data):
         np.testing.assert_allclose(
             np.asarray(lse)[seen], np.asarray(want_lse)[seen], rtol=1e-5, atol=1e-4
         )
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(2, 12), st.data())
+def test_block_grads_over_any_split_of_the_keys_equal_autodiff(length, data):
+    seed = data.draw(st.integers(0, 2**16))
+    q, k, v, dout = jax.random.normal(jax.random.key(seed), (4, 1, length, 1, 4))
+    pos = np.arange(length)
+    in_a = np.array(data.draw(st.lists(st.booleans(), min_size=length, max_size=length)))
+    out, lse = attention_block(q, k, v, pos, pos)
+    _, pullback = jax.vjp(lambda q, k, v: attention_block(q, k, v, pos, pos)[0], q, k, v)
+    want_q, want_k, want_v = pullback(dout)
+    dq = np.zeros(q.shape, np.float32)
+    for keys in (pos[in_a], pos[~in_a]):
+        if len(keys) == 0:
+            continue
+        gq, gk, gv = attention_block_grads(q, k[:, keys], v[:, keys], out, lse, dout, pos, keys)
+        dq += np.asarray(gq)
+        np.testing.assert_allclose(gk, np.asarray(want_k)[:, keys], atol=1e-5)
+        np.testing.assert_allclose(gv, np.asarray(want_v)[:, keys], atol=1e-5)
+    np.testing.assert_allclose(dq, want_q, atol=1e-5)

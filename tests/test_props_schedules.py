@@ -34,6 +34,7 @@ from helpers.parallelism.schedules import (
     one_f_one_b_table,
     simulate,
     stage_layout,
+    timeline,
     zero_bubble_table,
 )
 
@@ -216,6 +217,62 @@ def test_draw_in_flight_draws_one_line_per_device(S, M):
         )
     finally:
         plt.close(fig)
+
+
+@settings(max_examples=40)
+@given(tables(), st.floats(1.0, 4.0))
+def test_timed_tables_keep_order_and_dependencies(s, b):
+    """Timed, every op starts after its inputs end and after the device's previous op; free
+    timing is never slower than lockstep; with every op one tick, both are the table."""
+    cost = {"F": 1.0, "B": b, "W": 1.0}
+    free, lock = timeline(s, cost), timeline(s, cost, lockstep=True)
+    for tl in (free, lock):
+        end = {}
+        for (d, t), ph in np.ndenumerate(s.phase):
+            if ph != IDLE:
+                end[(int(ph), d, int(s.chunk[d, t]), int(s.micro[d, t]))] = (
+                    tl.start[d, t] + tl.length[d, t]
+                )
+        for (d, t), ph in np.ndenumerate(s.phase):
+            if ph == IDLE:
+                continue
+            m, c = int(s.micro[d, t]), int(s.chunk[d, t])
+            p = s.route[m].index((d, c))
+            if ph == FORWARD and p > 0:
+                assert tl.start[d, t] >= end[(FORWARD, *s.route[m][p - 1], m)] - 1e-9
+            if ph == BACKWARD and p < len(s.route[m]) - 1:
+                assert tl.start[d, t] >= end[(BACKWARD, *s.route[m][p + 1], m)] - 1e-9
+    assert free.total <= lock.total + 1e-9
+    unit = timeline(s, lockstep=True)
+    assert unit.total == s.ticks and unit.bubble == pytest.approx(bubble_fraction(s))
+
+
+@settings(max_examples=30)
+@given(stages, st.integers(1, 3), st.integers(1, 4), st.floats(1.0, 4.0))
+def test_free_timing_keeps_the_bubble_formula(S, k, v, b):
+    """Each device free: whatever a backward costs, the idle share is (S-1)/(v·M+S-1)."""
+    s = interleaved_table(S, k * S, v)
+    assert timeline(s, {"B": b}).bubble == pytest.approx(interleaved_bubble(S, k * S, v))
+
+
+@settings(max_examples=10)
+@given(tables(), st.floats(1.0, 4.0))
+def test_drawn_timeline_cells_sit_at_their_times(s, b):
+    tl = timeline(s, {"B": b}, lockstep=True)
+    ax = draw_pipeline_schedule(tl)
+    try:
+        for p in ax.patches:
+            gid = p.get_gid() or ""
+            if not gid.startswith("cell:"):
+                continue
+            f = dict(kv.split("=") for kv in gid.split(":")[1:])
+            d, t = int(f["stage"]), int(f["tick"])
+            x, w = p.get_x(), p.get_width()
+            assert tl.start[d, t] - 1e-9 <= x and x + w <= tl.start[d, t] + tl.length[d, t] + 1e-9
+        assert ax.get_xlim()[1] == pytest.approx(tl.total)
+        assert all(t.get_fontsize() >= 9 for t in ax.texts)
+    finally:
+        plt.close(ax.figure)
 
 
 def test_simulate_refuses_programs_that_cannot_finish():

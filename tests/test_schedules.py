@@ -18,6 +18,8 @@ from helpers.parallelism.schedules import (
     interleaved_table,
     one_f_one_b_order,
     one_f_one_b_table,
+    stage_layout,
+    timeline,
 )
 
 
@@ -73,3 +75,56 @@ def test_gpipe_pipeline_is_notebook_07s():
     with pytest.raises(ValueError, match="callable"):
         gpipe_pipeline(None, mesh)
     assert P("stage") == P("stage")
+
+
+def test_timeline_of_gpipe_by_hand():
+    # GPipe, 2 stages, 2 micro-batches, a backward costing 2 forwards. Free: stage 1 runs
+    # F0 [1,2], F1 [2,3], B0 [3,5], B1 [5,7]; stage 0 runs F0 [0,1], F1 [1,2], B0 [5,7], B1 [7,9].
+    s = gpipe_table(2, 2)
+    free = timeline(s, {"B": 2})
+    assert np.nan_to_num(free.start, nan=-1).tolist() == [
+        [0, 1, -1, -1, 5, 7],
+        [-1, 1, 2, 3, 5, -1],
+    ]
+    assert free.length.tolist() == [[1, 1, 0, 0, 2, 2], [0, 1, 1, 2, 2, 0]]
+    assert free.total == 9 and free.bubble == pytest.approx(1 / 3)  # (S-1)/(M+S-1)
+    # in lockstep each tick lasts its longest op: 1, 1, 1, 2, 2, 2
+    lock = timeline(s, {"B": 2}, lockstep=True)
+    assert np.nan_to_num(lock.start, nan=-1).tolist() == [
+        [0, 1, -1, -1, 5, 7],
+        [-1, 1, 2, 3, 5, -1],
+    ]
+    assert lock.total == 9
+    # one tick per op by default: the table itself
+    unit = timeline(s)
+    assert np.array_equal(
+        np.where(s.phase < 0, -1, unit.start), np.where(s.phase < 0, -1, np.arange(6))
+    )
+
+
+def test_lockstep_1f1b_waits_for_its_neighbours_backward():
+    s = one_f_one_b_table(4, 8)
+    free, lock = timeline(s, {"B": 3}), timeline(s, {"B": 3}, lockstep=True)
+    assert free.bubble == pytest.approx(bubble_fraction(s))  # costs scaled alike: same share
+    assert lock.bubble > free.bubble + 0.1 and lock.total > free.total
+    # a device's op never starts before the one before it on that device ended
+    for d in range(4):
+        busy = s.phase[d] >= 0
+        starts, ends = lock.start[d, busy], (lock.start + lock.length)[d, busy]
+        assert (starts[1:] >= ends[:-1] - 1e-9).all()
+
+
+def test_timeline_rejects_bad_durations():
+    s = gpipe_table(2, 2)
+    with pytest.raises(ValueError, match="durations"):
+        timeline(s, {"X": 1})
+    with pytest.raises(ValueError, match=r"durations\['B'\]"):
+        timeline(s, {"B": 0})
+    with pytest.raises(ValueError, match="PipelineSchedule"):
+        timeline(np.zeros((2, 3)))
+
+
+def test_stage_layout_refuses_chunks_that_split_a_layer():
+    assert stage_layout(32, 8, 4).shape == (8, 4, 1)
+    with pytest.raises(ValueError, match="multiple of n_stages x n_chunks"):
+        stage_layout(32, 8, 8)  # 64 chunks of 32 layers

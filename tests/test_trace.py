@@ -169,3 +169,111 @@ def test_compare_strategies_refuses_a_trace_it_cannot_take_and_passes_compiler_o
         ("dp",), preset="tiny", dry_run=True, progress=False, compiler_options={}
     )
     assert r.compiler_options == {} and r.trace_dir is None
+
+
+def test_slowest_ops_ranks_each_ops_time_per_device_and_step():
+    def span(device, name, kind, start, dur, step=0):
+        return tr.Span(device, name, kind, float(start), float(dur), "jit_step", step, "t")
+
+    spans = [
+        span(0, "fusion.1", "compute", 0, 100),
+        span(1, "fusion.1", "compute", 0, 300),
+        span(0, "fusion.2", "compute", 100, 50),
+        span(1, "fusion.2", "compute", 300, 50),
+        span(0, "fusion.2", "compute", 150, 50),  # twice in the step: its times add up
+        span(0, "all-gather.3", "collective", 200, 1000),
+    ]
+    assert tr.slowest_ops(spans) == [("fusion.1", 0.2), ("fusion.2", 0.075)]
+    assert tr.slowest_ops(spans, n=1) == [("fusion.1", 0.2)]
+    assert tr.slowest_ops(spans, kind="collective") == [("all-gather.3", 0.5)]
+    with pytest.raises(ValueError, match="spans is empty"):
+        tr.slowest_ops([])
+    with pytest.raises(ValueError, match="n=0 must be >= 1"):
+        tr.slowest_ops(spans, n=0)
+    with pytest.raises(ValueError, match="kind='fusion'"):
+        tr.slowest_ops(spans, kind="fusion")
+
+
+def test_a_real_traces_slowest_op_is_one_it_ran(traced):
+    for spans in traced.values():
+        ((name, ms),) = tr.slowest_ops(spans, n=1)
+        assert ms > 0 and name in {s.name for s in spans if s.kind == "compute"}
+
+
+HLO = """HloModule jit_step, is_scheduled=true
+
+%region.1 (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %add.9 = f32[] add(%a, %a)
+}
+
+ENTRY %main.5_spmd (param: f32[16,512], param.1: f32[64,128]) -> f32[64,512] {
+  %param = f32[16,512]{1,0} parameter(0), sharding={devices=[8,1]<=[8]}, metadata={op_name="p"}
+  %param.1 = f32[64,128]{1,0} parameter(1)
+  %all-gather = f32[128,512]{1,0} all-gather(%param), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true, metadata={op_name="jit(step)/jvp(M)/up/dot_general" source_file="x.py"}
+  %copy.1 = f32[128,512]{0,1} copy(%all-gather), metadata={op_name="jit(step)/jvp(M)/up/dot_general"}
+  %dot.2 = f32[64,512]{1,0} dot(%param.1, %copy.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(step)/jvp(M)/up/dot_general"}
+  %dot.3 = f32[64,128]{1,0} dot(%dot.2, %all-gather), lhs_contracting_dims={1}, rhs_contracting_dims={1}, metadata={op_name="jit(step)/transpose(jvp(M))/up/dot_general"}
+  %all-reduce.4 = (f32[64,128]{1,0}, f32[64,512]{1,0}, f32[8]{0}, f32[]) all-reduce(%dot.3, %dot.2, %param, %param), channel_id=2, replica_groups=[1,8]<=[8], to_apply=%region.1, backend_config={"a":{"b":1}}
+  ROOT %dot.5 = f32[64,512]{1,0} dot(%param.1, %all-gather), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_hlo_schedule_lists_the_entry_in_order_trimmed():
+    ops = tr.hlo_schedule(HLO)
+    assert [op.name for op in ops] == [
+        "param", "param.1", "all-gather", "copy.1", "dot.2", "dot.3", "all-reduce.4", "dot.5",
+    ]  # fmt: skip
+    assert [op.index for op in ops] == list(range(8))
+    ag = ops[2]
+    assert ag.collective == "all-gather" and ops[4].collective is None
+    assert ag.text == (
+        "%all-gather = f32[128,512] all-gather(%param), replica_groups=[1,8]<=[8], dimensions={0}"
+    )
+    assert ag.arrays == [("f32", (128, 512))] and ag.operands == ("param",)
+    assert ag.op_name == "jit(step)/jvp(M)/up/dot_general"
+    ar = ops[6]
+    assert ar.result == "(f32[64,128], f32[64,512], f32[8], f32[])"
+    assert ar.text.startswith("%all-reduce.4 = (f32[64,128], f32[64,512], ... 4 arrays) ")
+    assert "all-reduce(%dot.3, %dot.2, ... 4 operands)" in ar.text
+    assert "backend_config" not in ar.text and "channel_id" not in ar.text
+    assert len(ar.arrays) == 4 and ar.op_name == ""
+
+
+def test_readers_of_follows_a_copy_and_an_async_done():
+    ops = tr.hlo_schedule(HLO)
+    ag = next(op for op in ops if op.collective == "all-gather")
+    assert [r.name for r in tr.readers_of(ops, ag)] == ["dot.2", "dot.3", "dot.5"]
+    assert [r.name for r in tr.readers_of(ops, ops[1])] == ["dot.2", "dot.5"]
+    text = HLO.replace(
+        "%all-gather = f32[128,512]{1,0} all-gather(%param)",
+        "%all-gather-start = (f32[16,512]{1,0}, f32[128,512]{1,0}) all-gather-start(%param)",
+    ).replace(
+        "  %copy.1 =",
+        "  %all-gather = f32[128,512]{1,0} all-gather-done(%all-gather-start)\n  %copy.1 =",
+    )
+    ops = tr.hlo_schedule(text)
+    start = next(op for op in ops if op.opcode == "all-gather-start")
+    assert start.collective == "all-gather" and start.arrays[-1] == ("f32", (128, 512))
+    done = next(op for op in ops if op.opcode == "all-gather-done")
+    assert done.collective is None
+    assert [r.name for r in tr.readers_of(ops, start)] == ["dot.2", "dot.3", "dot.5"]
+
+
+def test_hlo_schedule_of_a_compiled_fsdp_step_keeps_every_gathered_kernel():
+    from helpers.measuring.profile import compile_step
+
+    ops = tr.hlo_schedule(compile_step("fsdp", "tiny").compiled)
+    gathers = [op for op in ops if op.collective == "all-gather"]
+    assert len(gathers) == 5  # the four block kernels and the head's
+    for g in gathers:  # read in the forward pass and again in the backward pass
+        passes = {"transpose(" in r.op_name for r in tr.readers_of(ops, g)}
+        assert passes == {False, True}, g.text
+
+
+def test_hlo_schedule_refuses_what_is_not_a_compiled_step():
+    with pytest.raises(ValueError, match="no ENTRY computation"):
+        tr.hlo_schedule("module @jit_f { func.func public @main() }")
+    with pytest.raises(ValueError, match="hlo_schedule: compiled must be"):
+        tr.hlo_schedule(42)

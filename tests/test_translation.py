@@ -164,3 +164,184 @@ def test_a_translation_that_breaks_markdown_is_reported():
     assert T.structure(T.Entry("One\nparagraph."), "一段\n话。") == [
         "a line break inside a paragraph (it renders as a space)"
     ]
+
+
+# --- the fuzzy loophole: a translation records the English it was made from ---------
+
+
+def _strip_fuzzy(doc):
+    """What the loophole did: delete every `#, fuzzy` mark, leave the Chinese as it was."""
+    po = T.polib.pofile(str(doc.catalogue), wrapwidth=0)
+    for e in po:
+        if e.fuzzy:
+            e.flags.remove("fuzzy")
+    po.save(str(doc.catalogue))
+
+
+def test_clearing_fuzzy_without_touching_the_chinese_fails(copy_of_01):
+    """The old way: edit the English, update, delete `#, fuzzy`, build. It no longer passes."""
+    doc, root = copy_of_01
+    _edit_english(doc, root, lambda s: s.replace(".", ". A sentence added in English.", 1))
+    T.update(doc, root)
+    _strip_fuzzy(doc)
+    T.Builder(root).build_one(doc)  # build restamps only a translation that changed
+    found = T.problems(doc, T.Builder(root))
+    assert len(found) == 1 and "made from other English, unchanged since" in found[0], found
+    assert "translate.py confirm 01_linen_basics" in found[0], found
+
+
+def test_a_revised_or_confirmed_translation_passes(copy_of_01):
+    doc, root = copy_of_01
+    _edit_english(doc, root, lambda s: s.replace(".", ". A sentence added in English.", 1))
+    T.update(doc, root)
+    fuzzy = next(e for e in T.load(doc) if e.fuzzy)
+    stem = fuzzy.msgid.split("\n")[0][:30]
+    assert T.confirm(doc, stem) == [fuzzy.msgid.split("\n")[0][:70]]  # reviewed, unchanged
+    T.Builder(root).build_one(doc)
+    assert T.problems(doc, T.Builder(root)) == []
+    # or revised: the translator changes the Chinese and clears the mark; build stamps it
+    _edit_english(doc, root, lambda s: s.replace("A sentence added", "One sentence added", 1))
+    T.update(doc, root)
+    po = T.polib.pofile(str(doc.catalogue), wrapwidth=0)
+    entry = next(e for e in po if e.fuzzy)
+    entry.flags.remove("fuzzy")
+    entry.msgstr += "（新增一句。）"
+    po.save(str(doc.catalogue))
+    builder = T.Builder(root)
+    builder.build_one(doc)
+    assert T.problems(doc, T.Builder(root)) == []
+
+
+def test_every_translation_is_stamped_with_its_english():
+    for doc in DOCS:
+        for e in T.load(doc):
+            if e.msgstr and not e.fuzzy and not e.obsolete:
+                assert T.stamp_of(e) == (T.digest(e.msgid), T.digest(e.msgstr)), e.msgid[:60]
+
+
+# --- the sentences the exercises and the expected errors print ----------------------
+
+
+def test_every_hint_right_and_why_is_an_entry():
+    """Each `hint=`/`right=`/`why=` of the English notebooks is a literal the catalogue holds:
+    given directly, or through a name assigned a literal in the notebook."""
+    for doc in NOTEBOOKS:
+        nb = nbformat.read(ROOT / doc.english, as_version=4)
+        code = [c.source for c in nb.cells if c.cell_type == "code"]
+        names = T.message_names(code)
+        assigned = {m.msgid for s in code for m in T.messages(s, names)}
+        have = {e.msgid for e in T.entries(doc)}
+        for source in code:
+            for node in ast.walk(ast.parse(T._maskable(source))):
+                for k in getattr(node, "keywords", []) if isinstance(node, ast.Call) else []:
+                    if k.arg in T.MESSAGE_KEYWORDS:
+                        assert T._message_values(k.value) or T._names_in(k.value), (
+                            f"{doc.english}: {k.arg}= is neither a literal nor a name: "
+                            + ast.unparse(k.value)
+                        )
+        assert assigned and assigned <= have | {m for m in assigned if not T._WORDS.search(m)}
+        assert not any(re.search("[\u4e00-\u9fff]", m) for m in assigned), "Chinese in English"
+
+
+def test_a_message_is_replaced_in_the_code_and_nothing_else():
+    source = (
+        'why = "The count is fixed."\n'
+        'check(a, verify, right=WHY_RIGHT, hint="Count the "\n'
+        '      "devices: `jax.devices()` lists them, all of them, in order.")\n'
+        'WHY_RIGHT = f"{n} devices, {{one}} \\"each\\"."\n'
+        "with expect_error(ValueError, why=why):\n"
+        "    pass\n"
+    )
+    names = T.message_names([source])
+    assert names == {"WHY_RIGHT", "why"}
+    found = [m.msgid for m in T.messages(source, names)]
+    assert found == [
+        "The count is fixed.",
+        "Count the devices: `jax.devices()` lists them, all of them, in order.",
+        '{n} devices, {{one}} "each".',
+    ]
+    zh = {
+        found[0]: "设备数是固定的。",
+        found[
+            1
+        ]: "数一数设备：`jax.devices()` 会按顺序把它们全部列出来，一个不落，这句话写得长一些。",
+        found[2]: "{n} 个设备，{{one}}“每个”。",
+    }
+    out = T.translate_messages(source, lambda m: zh.get(m, m), names)
+    assert T.mask_messages(out, names) == T.mask_messages(source, names)
+    namespace: dict = {"n": 4, "check": lambda *a, **k: k, "a": 0, "verify": 0}
+    exec(out.split("with")[0].replace("right=WHY_RIGHT, ", ""), namespace)  # noqa: S102
+    assert namespace["why"] == zh[found[0]] and namespace["WHY_RIGHT"] == "4 个设备，{one}“每个”。"
+    hint_lines = [line for line in out.split("\n") if "数一数" in line or line.startswith("      ")]
+    assert len(hint_lines) >= 2, out  # cut over lines, as the English was, to its width
+    widest = max(len(line) for line in source.split("\n"))
+    assert all(T._width(line) <= widest + 12 for line in hint_lines), out
+    assert T.structure(T.Entry(found[2], message=True), "{m} 个设备") == [
+        "f-string fields other than the English's {n}"
+    ]
+
+
+def _literal_value(node, literals):
+    if isinstance(node, ast.Name):
+        return literals.get(node.id, "")
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.JoinedStr):  # fields rendered as "…": only the words matter here
+        return "".join(v.value if isinstance(v, ast.Constant) else "…" for v in node.values)
+    return ""
+
+
+@pytest.mark.parametrize("doc", NOTEBOOKS, ids=lambda d: Path(d.english).stem)
+def test_the_chinese_stub_check_answers_in_chinese(doc, capsys):
+    """The first check call of each Chinese notebook, given the stub's `...`, prints the
+    Chinese "not attempted yet"; and every expect_error's `why` there is Chinese."""
+    from helpers.lesson import NOT_ATTEMPTED, NOT_ATTEMPTED_ZH, check, expect_error
+
+    nb = nbformat.read(ROOT / doc.twin, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    literals = {}
+    for source in code:
+        for node in ast.walk(ast.parse(T._maskable(source))):
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                literals[node.targets[0].id] = _literal_value(node.value, {})
+    calls = [
+        node
+        for c in nb.cells
+        if c.cell_type == "code" and "check" in c.metadata.get("tags", [])
+        for node in ast.walk(ast.parse(T._maskable(c.source)))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "check"
+    ]
+    assert calls, "no exercise check"
+    said = {k.arg: _literal_value(k.value, literals) for k in calls[0].keywords}
+    check(..., lambda answer: True, hint=said.get("hint", ""), right=said.get("right", ""))
+    out = capsys.readouterr().out
+    assert out.startswith(NOT_ATTEMPTED_ZH) and NOT_ATTEMPTED not in out, out
+    whys = [
+        _literal_value(k.value, literals)
+        for source in code
+        for node in ast.walk(ast.parse(T._maskable(source)))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "expect_error"
+        for k in node.keywords
+        if k.arg == "why"
+    ]
+    for why in whys:
+        with expect_error(ValueError, why=why):
+            raise ValueError("x")
+        assert capsys.readouterr().out.startswith("预期之中的报错："), why
+
+
+def test_the_chinese_readme_opens_the_chinese_notebooks():
+    """Its JupyterLab commands open notebooks/zh, as its Binder badge does; nothing else of the
+    command changes, and the comments of its shell blocks are Chinese."""
+    en, zh = (ROOT / "README.md").read_text(), (ROOT / "README.zh.md").read_text()
+    lab = re.findall(r"--LabApp\.default_url=\S+", en)
+    assert lab and all(u == "--LabApp.default_url=/lab/tree/notebooks" for u in lab)
+    assert re.findall(r"--LabApp\.default_url=\S+", zh) == [u + "/zh" for u in lab]
+    assert "?urlpath=lab/tree/notebooks/zh" in zh
+    assert "# then open" in en and "# then open" not in zh and "# 然后打开 _site/index.html" in zh
+
+
+def test_a_pragma_keeps_its_codes_and_translates_its_reason():
+    source = "x = f(0)  # noqa: F821 (meant to fail)\ny = 2  # noqa: E731\n"
+    zh = T.translate_comments(source, {"(meant to fail)": "（本来就该出错）"}.get)
+    assert zh == "x = f(0)  # noqa: F821 （本来就该出错）\ny = 2  # noqa: E731\n"

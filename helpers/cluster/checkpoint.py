@@ -40,6 +40,7 @@ from helpers.measuring.measure import format_bytes
 from helpers.placing.sharding import path_str
 
 __all__ = [
+    "PausedSaves",
     "SavedArray",
     "checkpoint_files",
     "failing_writes",
@@ -269,10 +270,13 @@ def format_saved_layout(metadata: Any, prefix: str = "") -> str:
 
 
 class _WithExtraFuture:
-    """The registered ``jax.Array`` handler, with one more future on every ``serialize``."""
+    """The registered ``jax.Array`` handler, with one more future on every ``serialize``.
 
-    def __init__(self, inner: Any, extra: Future) -> None:
-        self._inner, self._extra = inner, extra
+    The futures of the original handler's writes are appended to ``writes`` as they come.
+    """
+
+    def __init__(self, inner: Any, extra: Future, writes: list[Any]) -> None:
+        self._inner, self._extra, self._writes = inner, extra, writes
 
     def __getattr__(self, name: str) -> Any:  # everything else is the original handler's
         if name == "_inner":  # not set yet (a copy being made): no recursion
@@ -280,7 +284,40 @@ class _WithExtraFuture:
         return getattr(self._inner, name)
 
     async def serialize(self, values: Any, infos: Any, args: Any = None) -> list[Any]:
-        return [*await self._inner.serialize(values, infos, args), self._extra]
+        futures = list(await self._inner.serialize(values, infos, args))
+        self._writes.extend(futures)
+        return [*futures, self._extra]
+
+
+class PausedSaves:
+    """What ``paused_writes`` yields: the array writes of the saves it holds back."""
+
+    def __init__(self) -> None:
+        self.writes: list[Any] = []  # orbax's futures, one or more per save
+
+    def wait_written(self, timeout: float = 60.0) -> int:
+        """Block until every array write of the held saves has finished; return how many.
+
+        The saves stay uncommitted: only leaving the ``paused_writes`` block commits them.
+
+        Raises:
+          ValueError: no save has been started inside the block yet.
+          TimeoutError: a write did not finish within ``timeout`` seconds.
+        """
+        if not self.writes:
+            raise ValueError(
+                "wait_written: no save started inside this paused_writes block yet; "
+                "call manager.save(...) first."
+            )
+        deadline = time.monotonic() + timeout
+        for write in list(self.writes):
+            try:
+                write.result(timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError as e:  # orbax's threads raise it with their own words
+                raise TimeoutError(
+                    f"wait_written: an array write did not finish within {timeout} s."
+                ) from e
+        return len(self.writes)
 
 
 @contextlib.contextmanager
@@ -310,11 +347,11 @@ def _register(handler: Any) -> None:
 
 
 @contextlib.contextmanager
-def _extra_commit_future(extra: Future) -> Iterator[None]:
+def _extra_commit_future(extra: Future, writes: list[Any] | None = None) -> Iterator[None]:
     from orbax.checkpoint import type_handlers
 
     original = type_handlers.get_type_handler(jax.Array)
-    _register(_WithExtraFuture(original, extra))
+    _register(_WithExtraFuture(original, extra, [] if writes is None else writes))
     try:
         yield
     finally:
@@ -322,22 +359,24 @@ def _extra_commit_future(extra: Future) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def paused_writes() -> Iterator[None]:
+def paused_writes() -> Iterator[PausedSaves]:
     """Hold back the commit of every orbax save started inside this block until the block ends.
 
     Inside the block, ``manager.save(step, ...)`` returns as usual and its array data is
-    written, but the checkpoint stays uncommitted: its directory is named
+    written in the background, but the checkpoint stays uncommitted: its directory is named
     ``<step>.orbax-checkpoint-tmp...`` and ``manager.is_saving_in_progress()`` is True.
-    orbax may create that directory in its background thread
+    ``save`` returns before the writes finish; the yielded ``PausedSaves.wait_written()``
+    blocks until they have. orbax may create that directory in its background thread
     (``AsyncOptions.create_directories_asynchronously``, on by default), so it can appear
     after ``save`` returns: ``wait_for_uncommitted`` waits for it. Leaving the block lets
     the commit go ahead. A process killed inside the block (after that wait) dies
     mid-save, deterministically (in a multi-process job: with its part of the save undone).
     """
     gate: Future = Future()
-    with _extra_commit_future(gate):
+    paused = PausedSaves()
+    with _extra_commit_future(gate, paused.writes):
         try:
-            yield
+            yield paused
         finally:
             gate.set_result(None)
 

@@ -1,7 +1,10 @@
 """The training script that every process of a multi-process JAX job runs (notebook 05).
 
-    srun python -m helpers.multiprocess --steps 100          # SLURM: initialize() detects the job
+    srun python -m helpers.multiprocess --steps 100          # Slurm: initialize() detects the job
     python -m helpers.multiprocess --coordinator HOST0:1234 --num-processes 2 --process-id 0
+
+(``helpers/cluster/train.sbatch`` is the Slurm batch script that runs it; ``helpers.cluster.slurm``
+submits it.)
 
 Every process runs this same file. It joins the job (``connect``), builds one mesh over
 the devices of every process, loads only its own rows of each batch (``load_batch``) and
@@ -17,6 +20,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +36,7 @@ from helpers.cluster.checkpoint import paused_writes, wait_for_uncommitted
 # and the width d_model must divide by the number of devices: 32 and 64 allow up to 32.
 D_MODEL, D_FF, N_LAYERS, N_CLASSES, GLOBAL_BATCH, SEQ = 64, 256, 2, 16, 32, 8
 LEARNING_RATE = 1e-2
+TEACHER_SEED = 1234  # the fixed projection that labels every row (batch_rows)
 LAYOUTS = ("fsdp", "fsdp_tp", "dp")  # logical-axis rule presets of helpers.placing.sharding
 
 
@@ -39,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m helpers.multiprocess",
         description="Train the series' MLPStack with FSDP over the devices of every process. "
         "Run one copy per host. With no --coordinator/--num-processes/--process-id, "
-        "jax.distributed.initialize() detects them itself (SLURM, Open MPI, TPU pods).",
+        "jax.distributed.initialize() detects them itself (Slurm, Open MPI, TPU pods).",
     )
     add = p.add_argument
     # fmt: off
@@ -60,13 +67,14 @@ def parser() -> argparse.ArgumentParser:
     add("--primary-host", type=whole_number(0, 65535), default=0,
         help="the process that commits each checkpoint (orbax's primary_host, default 0)")
     add("--hold-save", type=whole_number(1), metavar="STEP",
-        help="fault drill: this process never completes its part of the save of STEP")
+        help="fault drill: this process never completes its part of the save of STEP "
+        "(on a job's first attempt only: not once Slurm has requeued it)")
     add("--out", type=writable_path, help="process 0 writes the losses and the final train state here (.npz)")
     add("--mesh-figure", type=writable_path, help="process 0 draws the global mesh here (.png)")
     add("--heartbeat-timeout", type=whole_number(1), metavar="S",
         help="seconds without a heartbeat after which a process counts as dead (default: JAX's, 100)")
-    add("--init-timeout", type=whole_number(1), default=300, metavar="S",
-        help="seconds to wait for every process to join (default 300)")
+    add("--init-timeout", type=whole_number(1), metavar="S",
+        help="seconds to wait for every process to join (default: JAX's, 300)")
     # fmt: on
     return p
 
@@ -96,63 +104,110 @@ def is_loopback(address: str | None) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
+def first_attempt() -> bool:
+    """False in a job that Slurm has requeued: it sets ``SLURM_RESTART_COUNT`` to 1, 2, ..."""
+    return os.environ.get("SLURM_RESTART_COUNT", "0") in ("", "0")
+
+
+def show_detection() -> None:
+    """Print JAX's own log lines of ``jax.distributed.initialize`` (the address it chose).
+
+    They are ``INFO`` records of the logger ``jax._src.distributed``, which JAX does not
+    show by default; shown here only when JAX detects the job itself (under ``srun``).
+    """
+    log = logging.getLogger("jax._src.distributed")
+    if any(getattr(h, "_shows_detection", False) for h in log.handlers):
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("jax: %(message)s"))
+    handler._shows_detection = True  # type: ignore[attr-defined]
+    log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    log.propagate = False  # jax 0.8's own handler on "jax" would print each line again
+
+
 def connect(args: argparse.Namespace) -> None:
     """Join the job: ``jax.distributed.initialize`` (skipped for a one-process run).
 
     Must run before any JAX computation: the backend is created once, and it needs the
-    distributed client to know about the other processes' devices.
+    distributed client to know about the other processes' devices. Only the flags given are
+    passed on: under ``srun`` with none of them, the call is ``jax.distributed.initialize()``.
     """
     import jax
 
     if args.num_processes == 1 and args.coordinator is None:
         return  # a single process: nothing to join
-    kwargs: dict[str, Any] = {"initialization_timeout": args.init_timeout}
-    if args.heartbeat_timeout is not None:
-        kwargs["heartbeat_timeout_seconds"] = args.heartbeat_timeout
+    given = {"coordinator_address": args.coordinator, "num_processes": args.num_processes,
+             "process_id": args.process_id, "initialization_timeout": args.init_timeout,
+             "heartbeat_timeout_seconds": args.heartbeat_timeout}  # fmt: skip
+    kwargs = {name: value for name, value in given.items() if value is not None}
     if is_loopback(args.coordinator):
         # Serve the coordinator on loopback only (JAX's default is every interface).
         kwargs["coordinator_bind_address"] = args.coordinator
     if args.simulated_devices:
         compat.gloo_on_loopback(is_loopback)
-    # With all three None (as under `srun`), JAX detects them from the cluster environment.
-    jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id, **kwargs)
+    if not kwargs.keys() & {"coordinator_address", "num_processes", "process_id"}:
+        show_detection()  # as under `srun`: JAX reads all three from the cluster's environment
+    jax.distributed.initialize(**kwargs)
 
 
-def process_rows(sharding: Any, global_shape: tuple[int, ...]) -> slice:
+def process_rows(sharding: Any, global_shape: tuple[int, ...]) -> list[slice]:
     """The rows of a batch of ``global_shape`` that this process must load under ``sharding``.
 
-    They are the union of the row blocks of this process's own (addressable) devices,
-    and must be contiguous for ``jax.make_array_from_process_local_data``.
+    They are the row blocks of this process's own (addressable) devices, in order, adjacent
+    blocks merged: one block when the process's devices are neighbours along the batch
+    axis (this script's meshes), several when they are not. Devices that hold the same rows
+    (replicas, e.g. along ``model``) need them once.
     """
     blocks = sorted(
-        (idx[0].start or 0, global_shape[0] if idx[0].stop is None else idx[0].stop)
-        for idx in sharding.addressable_devices_indices_map(global_shape).values()
+        {
+            (idx[0].start or 0, global_shape[0] if idx[0].stop is None else idx[0].stop)
+            for idx in sharding.addressable_devices_indices_map(global_shape).values()
+        }
     )
-    start, stop = blocks[0][0], max(b for _, b in blocks)
-    covered = sum(b - a for a, b in sorted(set(blocks)))
-    if covered != stop - start:
-        raise ValueError(f"this process's rows {sorted(set(blocks))} are not one contiguous block")
-    return slice(start, stop)
+    merged: list[list[int]] = []
+    for start, stop in blocks:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    return [slice(start, stop) for start, stop in merged]
 
 
-def load_batch(key: Any, cfg: Any, x_sharding: Any, y_sharding: Any) -> tuple[Any, Any]:
-    """One global batch, of which this process loads only its own rows.
+def batch_rows(
+    cfg: Any, seed: int, step: int, rows: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``rows`` of step ``step``'s global batch: inputs ``(len(rows), seq, d_model)`` and labels.
 
-    The whole batch is *generated* identically everywhere from ``key`` (cheap, and it is
-    what makes the multi-process run comparable with a single process); each process then
-    keeps its rows and ``make_array_from_process_local_data`` stitches the rows of every
-    process into one global ``jax.Array``. A real data loader would read only those rows.
+    Row ``r`` is drawn from its own seed ``(seed, step, r)``, so a process can make its rows
+    without making the others, and every process (and a single process making all of them)
+    gets the same numbers. Labels come from a fixed random "teacher" projection of each row,
+    so that the task is learnable.
+    """
+    teacher = np.random.default_rng(TEACHER_SEED).standard_normal((cfg.d_model, cfg.n_classes))
+    x = np.stack([
+        np.random.default_rng((seed, step, r)).standard_normal((cfg.seq, cfg.d_model), np.float32)
+        for r in rows
+    ])  # fmt: skip
+    return x, np.argmax(x.astype(np.float64) @ teacher, axis=-1).astype(np.int32)
+
+
+def load_batch(cfg: Any, seed: int, step: int, x_sharding: Any, y_sharding: Any) -> tuple[Any, Any]:
+    """Step ``step``'s global batch, of which this process makes only its own rows.
+
+    ``process_rows`` says which rows this process's devices hold; it makes those and no
+    others (a real data loader would read just those rows from its files), and
+    ``make_array_from_process_local_data`` takes them, block after block, as this process's
+    part of one global ``jax.Array``: no process holds the rest of the batch.
     """
     import jax
 
-    from helpers.placing.models import synthetic_batch
-
-    x, labels = jax.jit(synthetic_batch, static_argnums=1)(key, cfg)  # one compile, not five
-    rows = process_rows(x_sharding, x.shape)
-    x_local, y_local = np.asarray(x[rows]), np.asarray(labels[rows])
+    shape = (cfg.batch, cfg.seq, cfg.d_model)
+    rows = [r for block in process_rows(x_sharding, shape) for r in range(block.start, block.stop)]
+    x_local, y_local = batch_rows(cfg, seed, step, rows)
     return (
-        jax.make_array_from_process_local_data(x_sharding, x_local, x.shape),
-        jax.make_array_from_process_local_data(y_sharding, y_local, labels.shape),
+        jax.make_array_from_process_local_data(x_sharding, x_local, shape),
+        jax.make_array_from_process_local_data(y_sharding, y_local, shape[:2]),
     )
 
 
@@ -219,6 +274,8 @@ def open_checkpoints(directory: str, primary_host: int = 0) -> Any:
         multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=primary_host),
         async_options=ocp.options.AsyncOptions(post_finalization_callback=committing),
     )
+    if "://" not in directory:  # orbax wants an absolute path (a gs:// URL stays as it is)
+        directory = os.path.abspath(directory)
     return ocp.CheckpointManager(directory, options=options)
 
 
@@ -316,20 +373,19 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     rows, me = process_rows(x_sharding, x_shape.shape), jax.process_index()
     print(
         f"process {me} of {jax.process_count()}: local devices "
-        f"{[d.id for d in jax.local_devices()]} of {mesh.size} global; "
-        f"loads rows {rows.start}:{rows.stop} of each global batch of {cfg.batch}",
+        f"{[d.id for d in jax.local_devices()]} of {mesh.size} global; loads rows "
+        f"{', '.join(f'{b.start}:{b.stop}' for b in rows)} of each global batch of {cfg.batch}",
         flush=True,
     )
     params, opt_state, losses = state.params, state.opt_state, []
-    data_key = jax.random.key(args.seed + 1)
     for step in range(start + 1, args.steps + 1):
-        x, labels = load_batch(jax.random.fold_in(data_key, step), cfg, x_sharding, y_sharding)
+        x, labels = load_batch(cfg, args.seed + 1, step, x_sharding, y_sharding)
         params, opt_state, loss = step_fn(params, opt_state, x, labels)
         losses.append(float(loss))  # the loss is replicated: every process holds all of it
         if step % args.log_every == 0 or step == args.steps:
             print(f"step {step:>3}  loss {losses[-1]:.6f}", flush=True)
         if mngr is not None and args.save_every and step % args.save_every == 0:
-            save(mngr, step, params, opt_state, hold=step == args.hold_save)
+            save(mngr, step, params, opt_state, hold=step == args.hold_save and first_attempt())
             print(f"process {me} started the save of step {step}", flush=True)
     if mngr is not None:
         mngr.wait_until_finished()  # a save counts once it is committed

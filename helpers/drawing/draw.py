@@ -102,6 +102,29 @@ def _text_color(face: str) -> str:
 # Small geometry helpers
 # ---------------------------------------------------------------------------
 
+#: No text of a mesh or layout figure is smaller than this (points, at the 100 dpi that
+#: Jupyter's inline backend renders at, so a figure shown at its own size shows it as is).
+_MIN_PT = 9.0
+#: A grid is drawn to scale while its sides are within this ratio; a thinner array is drawn
+#: at this ratio, and its panel says "not to scale".
+_MAX_RATIO = 4.0
+
+
+def _shown_ratio(rows: int, cols: int) -> tuple[float, bool]:
+    """``(height / width as drawn, whether that is the array's own ratio)`` of a grid."""
+    ratio = rows / cols if cols else 1.0
+    shown = float(np.clip(ratio, 1 / _MAX_RATIO, _MAX_RATIO))
+    return shown, math.isclose(shown, ratio)
+
+
+def _drawn_extent_units(rows: int, cols: int) -> tuple[float, float]:
+    """A grid's drawn ``(height, width)`` in elements: the array's own, except that the short
+    side of an array thinner than ``_MAX_RATIO`` is widened to that ratio."""
+    shown, _ = _shown_ratio(rows, cols)
+    if rows >= cols:
+        return float(rows), rows / shown
+    return cols * shown, float(cols)
+
 
 def _axes_size_pt(ax: Axes) -> tuple[float, float]:
     """Width and height of ``ax``'s drawing box in points (after its aspect is applied)."""
@@ -190,9 +213,9 @@ def draw_mesh(mesh: Mesh, ax: Axes | None = None) -> Axes:
     w_pt, h_pt = _axes_size_pt(ax)
     cell_pt = min(w_pt / (total_w + left_margin + 0.1), h_pt / (n_rows + top_margin + 0.1))
     sizes = (
-        float(np.clip(cell_pt * 0.32, 6, 18)),  # device ids
-        float(np.clip(cell_pt * 0.17, 5, 11)),  # indices, p<k>
-        float(np.clip(cell_pt * 0.2, 7, 12)),  # axis names, headers
+        float(np.clip(cell_pt * 0.32, _MIN_PT, 18)),  # device ids
+        float(np.clip(cell_pt * 0.17, _MIN_PT, 11)),  # indices, p<k>
+        float(np.clip(cell_pt * 0.2, _MIN_PT, 12)),  # axis names, headers
     )
     for g, (grid, header) in enumerate(zip(grids, headers, strict=True)):
         x0 = g * (n_cols + gap)
@@ -508,6 +531,8 @@ class _Layout:
             self.rows, self.cols = self.shape[self.drawn[0]], self.shape[self.drawn[1]]
         else:
             self.rows, self.cols = 1, (self.shape[self.drawn[0]] if self.drawn else 1)
+        # A strip (rank 0 or 1) has no second side to scale; a grid may be too thin to draw so.
+        self.to_scale = len(self.drawn) < 2 or _shown_ratio(self.rows, self.cols)[1]
 
     def box(self, key: tuple[tuple[int, int], ...]) -> tuple[int, int, int, int]:
         """``(c0, r0, w, h)`` of a cell: x along the last drawn dim, y down the first."""
@@ -520,16 +545,15 @@ class _Layout:
         return c0, r0, c1 - c0, r1 - r0
 
 
-def _sharding_geometry(lay: _Layout, compact: bool) -> tuple[tuple[float, float], float]:
-    """``(figsize, aspect)``: rank 2+ as a grid whose proportions follow the shape (clamped),
-    rank 1 as a strip, rank 0 as one small box."""
+def _sharding_geometry(lay: _Layout) -> tuple[tuple[float, float], float]:
+    """``(figsize, aspect)``: rank 2+ as a grid drawn to scale (up to ``_MAX_RATIO``; a
+    thinner array is drawn at that ratio, and its title says "not to scale"), rank 1 as a
+    strip, rank 0 as one small box."""
     if len(lay.drawn) == 2:
-        ratio = lay.rows / lay.cols if lay.cols else 1.0
-        lo, hi = (0.55, 1.3) if compact else (0.25, 4.0)
-        shown = float(np.clip(ratio, lo, hi))  # height / width as drawn
+        shown, _ = _shown_ratio(lay.rows, lay.cols)  # height / width as drawn
         # The plot fits a 6 x 4.5 inch box, plus room for labels and the title.
         plot_w = min(6.0, 4.5 / shown)
-        return (plot_w + 1.6, plot_w * shown + 1.6), (shown / ratio if ratio else 1.0)
+        return (plot_w + 1.6, plot_w * shown + 1.6), shown * lay.cols / max(lay.rows, 1)
     if lay.drawn:
         return (7.0, 2.4), 0.16 * lay.cols
     return (4.5, 2.4), 0.45
@@ -566,7 +590,7 @@ def _draw_block(
         box = {"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "0.5",
                "alpha": 0.95}  # fmt: skip
     label = _device_text(devs, lay.n_all)
-    hi = 10.0 if compact else 13.0
+    hi = 11.0 if compact else 13.0
     # A device id keeps a margin inside its block, so that neighbours' digits never touch.
     flat = _fit_fontsize(label, w * sx, h * sy, lo=0.0, hi=hi, fill=0.72)
     upright = _fit_fontsize(label, h * sy, w * sx, lo=0.0, hi=hi, fill=0.72)
@@ -574,10 +598,10 @@ def _draw_block(
     rotation = 90 if tall and upright > flat * 1.25 and "\n" not in label else 0
     size = upright if rotation else flat
     ax.text(
-        c0 + w / 2, r0 + h / 2, label, ha="center", va="center", fontsize=max(size, 4.5),
+        c0 + w / 2, r0 + h / 2, label, ha="center", va="center", fontsize=max(size, _MIN_PT),
         color=ink, fontweight="bold", bbox=box, rotation=rotation, clip_on=False,
         # Too small to number legibly: left unnumbered, its colour names the device.
-        visible=size >= 4.5, gid=f"block-label:{','.join(map(str, devs))}",
+        visible=size >= _MIN_PT, gid=f"block-label:{','.join(map(str, devs))}",
     )  # fmt: skip
 
 
@@ -598,8 +622,8 @@ def _tick_edges(lay: _Layout, dim: int, room_pt: float, along_x: bool, size: flo
 
 def _label_sharding_axes(ax: Axes, lay: _Layout, room: tuple[float, float], compact: bool) -> None:
     """Ticks at block boundaries, and each drawn dimension's size and mesh axes."""
-    tick_size = 6.5 if compact else 8.5
-    label_size = 6.5 if compact else 9.5
+    tick_size = _MIN_PT
+    label_size = _MIN_PT if compact else 9.5
     sharding, shape, local, drawn = lay.sharding, lay.shape, lay.local, lay.drawn
     if len(drawn) >= 1:
         ax.set_xticks(_tick_edges(lay, drawn[-1], room[0], True, tick_size))
@@ -618,20 +642,36 @@ def _label_sharding_axes(ax: Axes, lay: _Layout, room: tuple[float, float], comp
         spine.set_visible(False)
 
 
+#: What a compact panel's title says after the spec when the grid is drawn thicker than it is.
+_NOT_TO_SCALE = "  (not to scale)"
+
+
+def _fold_line(lay: _Layout, compact: bool) -> str:
+    """The dimensions a drawing leaves out ("folds"), and whether they are split."""
+    folded, shape, local = lay.folded, lay.shape, lay.local
+    dims = ", ".join(str(d) for d in folded)
+    sizes = ", ".join(str(shape[d]) for d in folded)
+    head = f"dim {dims} ({sizes})" if len(folded) == 1 else f"dims {dims} ({sizes})"
+    if any(local[d] < shape[d] for d in folded):
+        tail = "split too" if compact else "split too: a block lists every device with a piece"
+        return f"{head} not drawn, {tail}"
+    return f"{head} not drawn, not split" + ("" if compact else ": each block holds all of it")
+
+
 def _sharding_title(lay: _Layout, title: str | None, compact: bool) -> str:
-    """The spec, the global and per-device shapes, and what is folded."""
-    shape, local, folded = lay.shape, lay.local, lay.folded
+    """The spec, the global and per-device shapes, what is not drawn, and whether the grid is
+    drawn to scale."""
+    shape, local = lay.shape, lay.local
     lines = [title] if title else []
+    scale = "" if lay.to_scale else _NOT_TO_SCALE
     if compact:
-        lines += [_spec_text(lay.sharding), f"global {shape} -> per device {local}"]
+        lines += [_spec_text(lay.sharding) + scale, f"per device {local} of {shape}"]
     else:
         lines.append(f"{_spec_text(lay.sharding)}  global {shape} -> per device {local}")
-    if folded:
-        desc = ", ".join(f"dim {d} ({shape[d]})" for d in folded)
-        note = f"folded: each block spans {'it' if len(folded) == 1 else 'them'} whole"
-        if any(local[d] < shape[d] for d in folded):
-            note = "folded (also split: a block lists every device holding a piece of it)"
-        lines.append(f"{desc} {note}")
+    if lay.folded:
+        lines.append(_fold_line(lay, compact))
+    if scale and not compact:
+        lines.append(f"drawn at most {_MAX_RATIO:g}:1, not to scale")
     return "\n".join(lines)
 
 
@@ -644,7 +684,7 @@ def _draw_sharding(
     size_pt: tuple[float, float] | None = None,
 ) -> Axes:
     lay = _Layout(x, where)
-    figsize, aspect = _sharding_geometry(lay, compact)
+    figsize, aspect = _sharding_geometry(lay)
     ax = _fig_for(ax, figsize)
     ax.set_xlim(0, max(lay.cols, 1))
     ax.set_ylim(max(lay.rows, 1), 0)
@@ -658,7 +698,7 @@ def _draw_sharding(
         _draw_block(ax, lay, key, devs, scale, compact)
     _label_sharding_axes(ax, lay, (w_pt, h_pt), compact)
     # The pad keeps the title clear of the top tick label (half of it stands above the box).
-    ax.set_title(_sharding_title(lay, title, compact), fontsize=(7 if compact else 10.5),
+    ax.set_title(_sharding_title(lay, title, compact), fontsize=(_MIN_PT if compact else 10.5),
                  loc="center", pad=(8.0 if compact else 10.0))  # fmt: skip
     return ax
 
@@ -672,10 +712,11 @@ def draw_sharding(x: Any, ax: Axes | None = None, title: str | None = None) -> A
       ax: the Axes to draw on; a new figure is made when ``None``.
       title: an optional first title line (e.g. the parameter's name).
 
-    Rank 0 and 1 are drawn as a strip, rank 2 as a grid of blocks whose proportions follow
-    the shape (aspect ratio clamped to 1:4 .. 4:1 so thin arrays stay readable). From rank
-    3 on, the sharded dimensions are drawn (at most two; filled up to two with the last
-    unsharded dimensions) and the title names the folded ones. Each block is coloured by
+    Rank 0 and 1 are drawn as a strip, rank 2 as a grid of blocks drawn to scale while its
+    sides are within 4:1; a thinner array is drawn at 4:1 and its title says "not to scale"
+    (so that its blocks stay visible). From rank 3 on, the sharded dimensions are drawn (at
+    most two; filled up to two with the last unsharded dimensions) and the title names the
+    others ("not drawn"). Each block is coloured by
     the device holding it (``device_color``); a replicated block is striped in the colours
     of all its holders and names them (``"0,1,2,3"``, or ``"all 8"`` when every device of
     the sharding holds it). Axis labels give each drawn dimension's index, size and the
@@ -899,7 +940,7 @@ def _draw_vectors(ax: Axes, names: list[str], leaves: list[Any], where: str) -> 
         ax.add_patch(outline)
         _diagonal_stripes(ax, outline, (0, r + 0.1, 1, 0.8), devs, w_pt, row_pt)
         label = f"{name}  {tuple(shape)}"
-        size = _fit_fontsize(label, 0.92 * w_pt, 0.7 * row_pt, lo=4.5, hi=8.0)
+        size = _fit_fontsize(label, 0.92 * w_pt, 0.7 * row_pt, lo=_MIN_PT, hi=10.0)
         ax.text(
             0.5, r + 0.5, label, ha="center", va="center", fontsize=size, color="black",
             bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "0.5",
@@ -910,7 +951,7 @@ def _draw_vectors(ax: Axes, names: list[str], leaves: list[Any], where: str) -> 
     where_ = (
         f"whole on every device (all {n_all})" if n_all > 1 else f"whole on device {min(holders)}"
     )
-    ax.set_title(f"{len(names)} small vectors\n{where_}", fontsize=7, loc="center")
+    ax.set_title(f"{len(names)} small vectors\n{where_}", fontsize=_MIN_PT, loc="center")
 
 
 def draw_param_shardings(
@@ -968,15 +1009,16 @@ def draw_param_shardings(
     groups = _groups(ordered, fold)
 
     n_panels = sum(len(g.panels) for g in groups)
-    ncols = 1 if n_panels == 1 else 2 if n_panels <= 4 else 3 if n_panels <= 9 else 4
+    ncols = 1 if n_panels == 1 else 2 if n_panels <= 4 else 3  # at most 3: 10.4 inches wide
     rows = _flow_rows(groups, ncols)
     geo = _Geometry(ncols)
-    note_of = lambda shortened: textwrap.fill(  # noqa: E731 - about 15 characters an inch at 8 pt
-        _figure_note(groups, len(leaves), n_panels, order is not None, shortened),
-        width=int(geo.fig_w * 15),
+    note_of = lambda flags: textwrap.fill(  # noqa: E731 - about 13 characters an inch at 9 pt
+        _figure_note(groups, len(leaves), n_panels, order is not None, flags),
+        width=int(geo.fig_w * 13),
     )
-    note = note_of(_may_shorten(groups, geo.panel_w))  # the room is kept for the longer note
-    geo.head = 0.62 + 0.17 * note.count("\n") + 0.2
+    flags = {"shortened": _may_shorten(groups, geo.panel_w), "unnumbered": True, "starred": True}
+    note = note_of(flags)  # the room is kept for the longest note
+    geo.head = 0.62 + 0.2 * note.count("\n") + 0.2
     heights = [geo.row_height(r) for r in rows]
     geo.fig_h = max(5.0, geo.head + sum(heights))
     fig = _new_figure((geo.fig_w, geo.fig_h))
@@ -988,15 +1030,16 @@ def draw_param_shardings(
     n = len(leaves)
     arrays = f"{n} array{'s' if n != 1 else ''}"
     _bar_chart(bar_ax, per_device, arrays, bar_h)
+    _clear_of(bar_ax, ncols * geo.panel_w + 0.1)
     total = sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize for _, leaf in leaves)
     if title is None:
         title = f"{arrays}, {format_bytes(total)} in total"
     fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.12 / geo.fig_h, va="top")
-    note_text = fig.text(0.5, 1 - 0.42 / geo.fig_h, note, ha="center", va="top", fontsize=8,
-                         color="0.3", gid="fold-note", linespacing=1.3)  # fmt: skip
-    shortened = _fit_labels(fig, fits)
-    if note_of(shortened).count("\n") <= note.count("\n"):  # else keep the reserved room's note
-        note_text.set_text(note_of(shortened))
+    note_text = fig.text(0.5, 1 - 0.42 / geo.fig_h, note, ha="center", va="top",
+                         fontsize=_MIN_PT, color="0.3", gid="fold-note", linespacing=1.3)  # fmt: skip
+    flags = _fit_labels(fig, fits)
+    if note_of(flags).count("\n") <= note.count("\n"):  # else keep the reserved room's note
+        note_text.set_text(note_of(flags))
     return fig
 
 
@@ -1021,23 +1064,39 @@ def _flow_rows(groups: list[_Group], ncols: int) -> list[_Row]:
     return rows
 
 
+def _title_lines(panel: _Panel) -> int:
+    """Lines of a grid or strip panel's title: its name, its spec, its shapes, and one more
+    from rank 3 on, for what is not drawn."""
+    return 3 + (1 if _Layout(panel.leaves[0], "draw_param_shardings").folded else 0)
+
+
 class _Geometry:
     """Fixed geometry in inches (no layout engine), so each panel knows its size while it
-    is drawn and can size its labels to fit. A row of strips needs less height."""
+    is drawn and can size its labels to fit. A row of strips needs less height; a row whose
+    titles have four lines, more."""
 
-    panel_w, grid_h, strip_h, header_h = 2.5, 2.2, 1.45, 0.32
-    pad_l, pad_r, pad_t, pad_b = 0.55, 0.15, 0.6, 0.45
-    bar_w = 2.9
+    panel_w, plot_h, strip_h, header_h = 2.6, 1.75, 0.4, 0.32  # a grid's room is square
+    pad_l, pad_r, pad_b, pad_vectors = 0.7, 0.15, 0.5, 0.45
+    bar_w = 2.6
 
     def __init__(self, ncols: int) -> None:
         self.fig_w = ncols * self.panel_w + self.bar_w
         self.fig_h = 5.0
         self.head = 0.0
 
+    @staticmethod
+    def pad_t(lines: int) -> float:
+        """Room above a panel's drawing for a title of ``lines`` lines."""
+        return (lines * _MIN_PT * 1.25 + 10.0) / 72.0
+
+    def row_lines(self, row: _Row) -> int:
+        return max((_title_lines(p) for _, p, _ in row if not p.vectors), default=3)
+
     def row_height(self, row: _Row) -> float:
         strips = all(not p.vectors and len(p.leaves[0].shape) <= 1 for _, p, _ in row)
         vec_rows = max((len(p.names) for _, p, _ in row if p.vectors), default=0)
-        h = self.strip_h if strips else self.grid_h
+        h = self.pad_t(self.row_lines(row)) + (self.strip_h if strips else self.plot_h)
+        h += self.pad_b
         h = max(h, 0.9 + 0.3 * vec_rows) if vec_rows else h
         return h + (self.header_h if any(first and g.header for g, _, first in row) else 0.0)
 
@@ -1045,32 +1104,28 @@ class _Geometry:
         """Inches from the figure's top-left corner -> figure fractions."""
         return [x / self.fig_w, 1 - (y_top + h) / self.fig_h, w / self.fig_w, h / self.fig_h]
 
-    def grid_room_pt(self) -> tuple[float, float]:
-        """Width and height in points of a grid panel's drawing box."""
-        return ((self.panel_w - self.pad_l - self.pad_r) * 72.0,
-                (self.grid_h - self.pad_t - self.pad_b) * 72.0)  # fmt: skip
-
 
 def _draw_panels(
     fig: Figure, geo: _Geometry, groups: list[_Group], rows: list[_Row], heights: list[float]
-) -> list[tuple[Any, float]]:
-    """Every header and panel, row by row; returns what ``_fit_labels`` must fit: ``(Axes
-    or (header, group), the width in points it may take)``."""
-    scales = {id(g): _group_scale(g, *geo.grid_room_pt()) for g in groups}
-    fits: list[tuple[Any, float]] = []
+) -> list[tuple[Any, ...]]:
+    """Every header and panel, row by row; returns what ``_fit_labels`` must fit: ``((header,
+    group), the width in points it may take)``, or ``(Axes, that width, its panel's left and
+    right edges in inches)``."""
+    fits: list[tuple[Any, ...]] = []
     y = geo.head
     for row, h in zip(rows, heights, strict=True):
         has_header = any(first and g.header for g, _, first in row)
         top = y + (geo.header_h if has_header else 0.0)
+        grid_pad_t = geo.pad_t(geo.row_lines(row))  # one for the row, so its drawings align
         for c, (g, panel, first) in enumerate(row):
             if first and g.header:
                 header = fig.text((c * geo.panel_w + 0.12) / geo.fig_w, 1 - (y + 0.24) / geo.fig_h,
-                                  _header_text(g), ha="left", va="baseline", fontsize=9,
+                                  _header_text(g), ha="left", va="baseline", fontsize=9.5,
                                   fontweight="bold", color="0.15", gid=f"group:{g.header}")  # fmt: skip
                 span = sum(1 for g2, _, _ in row if g2 is g)
                 fits.append(((header, g), span * geo.panel_w * 72.0 - 14.0))
-            left = geo.pad_l * (0.3 if panel.vectors else 1)
-            pad_t = 0.45 if panel.vectors else geo.pad_t
+            left = geo.pad_l * (0.25 if panel.vectors else 1)
+            pad_t = geo.pad_vectors if panel.vectors else grid_pad_t
             ax = fig.add_axes(
                 geo.rect(c * geo.panel_w + left, top + pad_t, geo.panel_w - left - geo.pad_r,
                          h - (top - y) - pad_t - (0.15 if panel.vectors else geo.pad_b))
@@ -1083,9 +1138,9 @@ def _draw_panels(
                 _draw_sharding(
                     panel.leaves[0], ax, panel.names[0], compact=True,
                     where=f"draw_param_shardings: parameter '{panel.paths[0]}'",
-                    size_pt=scales[id(g)](panel, _axes_size_pt(ax)),
+                    size_pt=_panel_size(panel, _axes_size_pt(ax)),
                 )  # fmt: skip
-            fits.append((ax, geo.panel_w * 72.0 - 8.0))
+            fits.append((ax, geo.panel_w * 72.0 - 8.0, c * geo.panel_w, (c + 1) * geo.panel_w))
         y += h
     return fits
 
@@ -1103,25 +1158,37 @@ def _bar_chart(bar_ax: Axes, per_device: dict[str, int], arrays: str, bar_h: flo
         bar.set_gid(f"bar:{key}")
     pad = max(0.0, (4 - len(ids)) / 2)  # one or two bars stay bar-shaped
     bar_ax.set_xlim(-0.6 - pad, len(ids) - 0.4 + pad)
-    bar_ax.set_xticks(xs, [str(i) for i in ids], fontsize=8)
-    bar_ax.set_xlabel("device id", fontsize=9)
+    bar_ax.set_xticks(xs, [str(i) for i in ids], fontsize=_MIN_PT)
+    bar_ax.set_xlabel("device id", fontsize=9.5)
     top = max(heights_b) if heights_b else 1
     unit = max(u for u in (1, 1024, 1024**2, 1024**3) if u <= max(top, 1))
     ticks = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(0, top / unit) * unit
     bar_ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if t <= top * 1.1]))
     bar_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v)))
-    bar_ax.tick_params(axis="y", labelsize=8)
-    # Room above the tallest bar for its rotated value label (6.5 pt type).
-    chars = max((len(format_bytes(v)) for v in heights_b), default=1)
-    room = min(0.6, (6.5 * 0.7 * chars + 6) / (bar_h * 72.0))
+    bar_ax.tick_params(axis="y", labelsize=_MIN_PT)
+    # Each bar's value, rotated above it, where the bars are far enough apart for its type.
+    slot_pt = _axes_size_pt(bar_ax)[0] / max(len(ids) + 2 * pad, 1)
+    labelled = slot_pt >= 1.25 * _MIN_PT
+    chars = max((len(format_bytes(v)) for v in heights_b), default=1) if labelled else 0
+    room = min(0.6, (_MIN_PT * 0.7 * chars + 6) / (bar_h * 72.0))
     bar_ax.set_ylim(0, top * 1.015 / (1 - room) if top else 1)
-    if len(ids) <= 16:
-        for bar, hb in zip(bars, heights_b, strict=True):
-            bar_ax.text(bar.get_x() + bar.get_width() / 2, hb + top * 0.015, format_bytes(hb),
-                        ha="center", va="bottom", fontsize=6.5, rotation=90)  # fmt: skip
-    bar_ax.set_title(f"bytes held per device:\nthe sum of all {arrays} drawn", fontsize=9)
+    for bar, hb in zip(bars, heights_b, strict=True) if labelled else ():
+        bar_ax.text(bar.get_x() + bar.get_width() / 2, hb + top * 0.015, format_bytes(hb),
+                    ha="center", va="bottom", fontsize=_MIN_PT, rotation=90)  # fmt: skip
+    bar_ax.set_title(f"bytes held per device:\nthe sum of all {arrays} drawn", fontsize=9.5)
     for side in ("top", "right"):
         bar_ax.spines[side].set_visible(False)
+
+
+def _clear_of(ax: Axes, left_in: float) -> None:
+    """Move ``ax`` right, and narrow it, until its y tick labels start right of ``left_in``
+    inches (a very large byte count makes them wide)."""
+    renderer = _renderer(ax.figure)
+    over = left_in * ax.figure.dpi - ax.yaxis.get_tightbbox(renderer).x0
+    if over > 0:
+        pos = ax.get_position()
+        dx = over / (ax.figure.get_size_inches()[0] * ax.figure.dpi)
+        ax.set_position([pos.x0 + dx, pos.y0, max(pos.width - dx, 0.05), pos.height])
 
 
 def _header_text(g: _Group) -> str:
@@ -1132,9 +1199,11 @@ def _header_text(g: _Group) -> str:
 
 
 def _figure_note(
-    groups: list[_Group], n_arrays: int, n_panels: int, ordered: bool, shortened: bool
+    groups: list[_Group], n_arrays: int, n_panels: int, ordered: bool, flags: dict[str, bool]
 ) -> str:
-    """The line under the title: what the panels show, in words a learner reads at once."""
+    """The line under the title: what the panels show, in words a learner reads at once.
+    ``flags``: whether a name was shortened, a block left unnumbered, a title's "(not to
+    scale)" cut to a star."""
     how = (
         "in model order"
         if ordered
@@ -1146,7 +1215,14 @@ def _figure_note(
         note += "; layers with the same layout drawn once: " + ", ".join(folds)
     if any(p.vectors for g in groups for p in g.panels):
         note += "; a layer's small vectors held whole everywhere share one panel"
-    if shortened:
+    grids = [p for g in groups for p in g.panels if not p.vectors and len(p.leaves[0].shape) > 1]
+    if grids:
+        note += "; each array drawn to its own scale"
+        if not all(_Layout(p.leaves[0], "draw_param_shardings").to_scale for p in grids):
+            note += ", except where marked (not to scale)" + (" or *" if flags["starred"] else "")
+    if flags["unnumbered"]:
+        note += "; a block too small to number shows its device by colour (see the bars)"
+    if flags["shortened"]:
         note += "; a name that starts with '…/' lost its first parts (its header has them)"
     return note
 
@@ -1154,28 +1230,22 @@ def _figure_note(
 def _may_shorten(groups: list[_Group], panel_w: float) -> bool:
     """Whether a panel's title or a header may need shortening (a generous estimate, so
     that the note has room for saying so)."""
-    titles = [len(p.names[0]) * 7 * 0.6 for g in groups for p in g.panels if not p.vectors]
-    headers = [len(g.header) * 9 * 0.65 for g in groups]
+    titles = [len(p.names[0]) * _MIN_PT * 0.6 for g in groups for p in g.panels if not p.vectors]
+    headers = [len(g.header) * 9.5 * 0.65 for g in groups]
     return max([*titles, *headers, 0.0]) > panel_w * 72 - 14
 
 
-def _group_scale(g: _Group, w_pt: float, h_pt: float) -> Any:
-    """How each grid panel of group ``g`` is sized: one scale (points per element) for the
-    whole group, so that a 512 x 128 kernel is drawn as large as a 128 x 512 one, and a
-    floor (half the room, or 9 points a block) so that a thin array keeps its device numbers."""
-    extents = [e for p in g.panels if not p.vectors for e in [_drawn_extent(p.leaves[0])] if e]
-    scale = min((min(w_pt / max(c, 1), h_pt / max(r, 1)) for r, c, _, _ in extents), default=1.0)
-
-    def size(panel: _Panel, room: tuple[float, float]) -> tuple[float, float] | None:
-        extent = _drawn_extent(panel.leaves[0])
-        if extent is None:
-            return None
-        rows, cols, row_blocks, col_blocks = extent
-        # The floor: half the room, or 9 points a block, so that device numbers stay legible.
-        floor_w, floor_h = max(room[0] / 2, 9.0 * col_blocks), max(room[1] / 2, 9.0 * row_blocks)
-        return (min(room[0], max(cols * scale, floor_w)), min(room[1], max(rows * scale, floor_h)))
-
-    return size
+def _panel_size(panel: _Panel, room: tuple[float, float]) -> tuple[float, float] | None:
+    """The drawing box, in points, of a grid panel in a ``room`` (width, height): the largest
+    that fits and keeps the array's proportions, except that an array thinner than
+    ``_MAX_RATIO`` is drawn at that ratio (its title says "not to scale"). Each panel has its
+    own scale, so that a small array is as legible as a large one. None for a strip."""
+    extent = _drawn_extent(panel.leaves[0])
+    if extent is None:
+        return None
+    rows, cols = _drawn_extent_units(max(extent[0], 1), max(extent[1], 1))
+    scale = min(room[0] / cols, room[1] / rows)
+    return cols * scale, rows * scale
 
 
 def _renderer(fig: Figure) -> Any:
@@ -1196,11 +1266,13 @@ def _shorter(line: str) -> str | None:
     return line[: mid - cut] + "…" + line[mid + cut :]
 
 
-def _fit_width(t: Any, max_pt: float, renderer: Any, min_size: float = 6.0) -> bool:
+def _fit_width(
+    t: Any, max_pt: float, renderer: Any, min_size: float = _MIN_PT, paths: bool = True
+) -> bool:
     """Make text ``t`` at most ``max_pt`` wide: its first line's path loses its start
-    (``…/``) first, then the type gets smaller (down to ``min_size``), then the line is
-    cut in the middle; if nothing readable fits, the text is hidden. Returns whether the
-    first line was cut."""
+    (``…/``) first (not for an axis label: ``paths=False``), then the type gets smaller (down
+    to ``min_size``), then the line is cut in the middle; if nothing readable fits, the text
+    is hidden. Returns whether the first line was cut."""
     first_line = t.get_text().split("\n")[0]
     max_px = max_pt * renderer.points_to_pixels(1.0)
 
@@ -1211,7 +1283,7 @@ def _fit_width(t: Any, max_pt: float, renderer: Any, min_size: float = 6.0) -> b
         first, *rest = t.get_text().split("\n")
         body = first[2:] if first.startswith("…/") else first
         widest = max(len(line) for line in [first, *rest])
-        if paths_only and ("/" not in body or len(first) < widest):
+        if paths_only and (not paths or "/" not in body or len(first) < widest):
             return False  # the path is not what overflows
         short = _shorter(first)
         if short is None:
@@ -1245,36 +1317,73 @@ def _fit_header(t: Any, g: _Group, max_pt: float, renderer: Any) -> bool:
             if t.get_window_extent(renderer).width <= max_px:
                 return False
             t.set_text(text)
-    return _fit_width(t, max_pt, renderer, min_size=7.0)
+    return _fit_width(t, max_pt, renderer)
 
 
-def _fit_labels(fig: Figure, fits: list[tuple[Any, float]]) -> bool:
+def _shorter_lines(t: Any, max_pt: float, renderer: Any) -> bool:
+    """A compact title's lines past the first (its name, which ``_fit_width`` shortens), each
+    shortened if it overflows: the shapes line loses "per device", the spec line's "(not to
+    scale)" becomes a star (the figure's note says what it means). Returns whether a star
+    was used."""
+    max_px = max_pt * renderer.points_to_pixels(1.0)
+    props = t.get_fontproperties()
+
+    def width(line: str) -> float:
+        return float(renderer.get_text_width_height_descent(line, props, ismath=False)[0])
+
+    lines = t.get_text().split("\n")
+    for i in range(1, len(lines)):
+        for old, new in (("per device ", ""), (_NOT_TO_SCALE, " *")):
+            if width(lines[i]) > max_px:
+                lines[i] = lines[i].replace(old, new)
+    t.set_text("\n".join(lines))
+    return any(line.endswith(" *") for line in lines[1:])
+
+
+def _nudge_into(ax: Axes, t: Any, edges: list[float], renderer: Any) -> None:
+    """Slide text ``t`` (a title or an x label, centred on ``ax``) sideways until it lies
+    between its panel's edges (inches), so that it never reaches into the next panel."""
+    box = t.get_window_extent(renderer)
+    dpi = ax.figure.dpi
+    left, right = edges[0] * dpi + 4.0, edges[1] * dpi - 4.0
+    shift = min(0.0, right - box.x1) or max(0.0, left - box.x0)
+    if shift:
+        t.set_x(t.get_position()[0] + shift / ax.get_window_extent(renderer).width)
+
+
+def _fit_labels(fig: Figure, fits: list[tuple[Any, ...]]) -> dict[str, bool]:
     """Shorten what would overflow its panel: a panel's title and axis labels, a header, a
-    vector's label. Returns whether a name lost its first parts (``…/``)."""
+    vector's label. Returns the note's flags: whether a name lost its first parts (``…/``),
+    whether a title marks "not to scale" with a star, whether a block is unnumbered."""
     renderer = _renderer(fig)
     px = renderer.points_to_pixels(1.0)
-    cut = False
-    for obj, width in fits:
+    flags = {"shortened": False, "starred": False, "unnumbered": False}
+    for obj, width, *edges in fits:
         if isinstance(obj, tuple):  # (header, its group)
-            cut |= _fit_header(obj[0], obj[1], width, renderer)
+            flags["shortened"] |= _fit_header(obj[0], obj[1], width, renderer)
             continue
-        cut |= _fit_width(obj.title, width, renderer)
+        flags["starred"] |= _shorter_lines(obj.title, width, renderer)
+        flags["shortened"] |= _fit_width(obj.title, width, renderer)
+        _nudge_into(obj, obj.title, edges, renderer)
         if obj.axison:
-            _fit_width(obj.xaxis.label, width, renderer)
+            _fit_width(obj.xaxis.label, width, renderer, paths=False)
+            _nudge_into(obj, obj.xaxis.label, edges, renderer)
             _fit_height(obj.yaxis.label, obj.get_window_extent(renderer).height / px + 4.0,
                         renderer)  # fmt: skip
         for t in obj.texts:
-            if (t.get_gid() or "").startswith("vector-label:"):
+            gid = t.get_gid() or ""
+            flags["unnumbered"] |= gid.startswith("block-label:") and not t.get_visible()
+            if gid.startswith("vector-label:"):
                 room = obj.get_window_extent(renderer).width * 0.95 / px
-                cut |= _fit_width(t, room, renderer, 4.5)
-    return cut
+                flags["shortened"] |= _fit_width(t, room, renderer)
+    return flags
 
 
 def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
     """A rotated axis label at most ``max_pt`` tall: smaller type, then just its dimension."""
     max_px = max_pt * renderer.points_to_pixels(1.0)
-    while t.get_window_extent(renderer).height > max_px and t.get_fontsize() > 5.0:
-        t.set_fontsize(max(5.0, t.get_fontsize() * 0.9))
+    while t.get_window_extent(renderer).height > max_px and t.get_fontsize() > _MIN_PT:
+        t.set_fontsize(max(_MIN_PT, t.get_fontsize() * 0.9))
     if t.get_window_extent(renderer).height > max_px:
         t.set_text(t.get_text().split(":")[0])  # "dim 0: 64 / 'data'" -> "dim 0"
     if t.get_window_extent(renderer).height > max_px:
@@ -1352,15 +1461,16 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
         answer("#cfe8cf"))  # fmt: skip
     box(
         (9.4, 4.65),
-        "Does it fit split N ways?\n16·P / N + one gathered layer + activations",
+        "Does it fit split N ways?\n16·P / N + one gathered layer + activations\n(FSDP that frees each layer after use)",
         question,
         11,
         "bold",
     )
     box((7.1, 2.8), "Tokens per device  >  FLOP/s ÷ link bandwidth?\n"
         "(≈ 2,200 on H100/H200 NVLink; ≈ 9× more over InfiniBand)", question, 10.5)  # fmt: skip
-    box((3.4, 0.85), "FSDP over 'data'\nshards params, grads and Adam state\n"
-        "sends 2·(N−1)/N × the parameter bytes per step\n(3·(N−1)/N if gathered again for the backward)\nsplit the big matrices, keep small vectors whole",
+    box((3.4, 0.85), "FSDP (ZeRO-3) over 'data'\nshards params, grads and Adam state\n"
+        "sends 3·(N−1)/N × the parameter bytes per step: gathers\neach layer, frees it, gathers it again for the backward\n"
+        "(2·(N−1)/N if it keeps every gathered layer,\nbut then the whole model sits on each device)",
         answer("#cfe0f5"))  # fmt: skip
     box((10.2, 0.85), "FSDP × TP (or DP × TP) on a 2-D mesh\n'model' (TP) inside an NVLink node: its\n"
         "activation all-reduces in every layer need fast links\n'data' across nodes, with fewer, fatter shards",

@@ -58,7 +58,7 @@ def draw_causal_work(
         ax.set_ylim(n_chunks, 0)
         ax.set_aspect("equal")
         w_pt, _ = _axes_size_pt(ax)
-        size = float(np.clip(0.5 * w_pt / n_chunks, 4.5, 10.0))
+        size = float(np.clip(0.55 * w_pt / n_chunks, 4.5, 10.0))
         for i in range(n_chunks):
             for j in range(n_chunks):
                 d = owner[i] if j <= i else -1
@@ -71,8 +71,8 @@ def draw_causal_work(
                             color=_text_color(face), fontweight="bold")  # fmt: skip
         step = max(1, int(np.ceil(n_chunks / 8)))
         ticks = list(range(0, n_chunks, step))
-        ax.set_xticks([t + 0.5 for t in ticks], [str(t) for t in ticks], fontsize=8)
-        ax.set_yticks([t + 0.5 for t in ticks], [str(t) for t in ticks], fontsize=8)
+        ax.set_xticks([t + 0.5 for t in ticks], [str(t) for t in ticks], fontsize=9)
+        ax.set_yticks([t + 0.5 for t in ticks], [str(t) for t in ticks], fontsize=9)
         ax.set_xlabel("key chunk", fontsize=9)
         ax.set_ylabel("query chunk", fontsize=9)
         ax.tick_params(length=0)
@@ -85,10 +85,10 @@ def draw_causal_work(
         bars.bar(range(n), work, color=[device_color(d) for d in range(n)], edgecolor="0.3",
                  linewidth=0.5)  # fmt: skip
         bars.set_ylim(0, top * 1.15)
-        bars.set_xticks(range(n), [str(d) for d in range(n)], fontsize=8)
+        bars.set_xticks(range(n), [str(d) for d in range(n)], fontsize=9)
         bars.set_xlabel("device", fontsize=9)
         bars.set_ylabel("blocks with a visible key", fontsize=9)
-        bars.tick_params(axis="y", labelsize=8)
+        bars.tick_params(axis="y", labelsize=9)
         bars.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole blocks
         bars.set_title(f"busiest / mean: {work.max() / work.mean():.2f}", fontsize=9.5)
         for spine in ("top", "right"):

@@ -2,14 +2,17 @@
 
 ``draw_routing`` draws, for one small batch, every token on the left (in its device's
 colour, ``device_color``), every expert on the right (in the colour of the device that
-holds it), and a line from each token to each expert it chose: solid when the expert took
-it, dashed grey when the expert was full and dropped it. Beside it, the load per expert:
-the choices each expert took, in its device's colour, and above them, hatched grey, the
-ones it dropped.
+holds it), and a line from each token to each expert it chose: solid, in the token's device
+colour, when the expert took it; dotted black with a cross at the expert's end when the
+expert was full and dropped it (black, because grey is device 7's colour). Beside it, the
+load per expert, of the drawn tokens or of one whole routing group (``group=``): the
+choices each expert took, in its device's colour, above them, hatched, the ones it dropped,
+and, with ``capacity=``, a line at the capacity.
 
 It makes a figure (or draws on ``fig``), returns it, and never calls ``plt.show()``.
 Artists carry ``gid`` strings for tests: ``"route:token=<t>:expert=<e>:kept=<0|1>"``,
-``"token:<t>:device=<d>"`` and ``"expert:<e>:device=<d>"``.
+``"token:<t>:device=<d>"``, ``"expert:<e>:device=<d>"``, ``"load:expert=<e>:took=<n>"``,
+``"load:expert=<e>:dropped=<n>"`` and ``"capacity:<c>"``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from helpers.drawing.draw import _new_figure, _text_color, device_color
 
@@ -55,25 +59,38 @@ def _check_routing(ex: np.ndarray, kp: np.ndarray, n_experts: int, n_devices: in
 
 
 def _draw_load_bars(
-    bars: Axes, ex: np.ndarray, kp: np.ndarray, n_experts: int, exp_dev: np.ndarray
+    bars: Axes,
+    ex: np.ndarray,
+    kp: np.ndarray,
+    exp_dev: np.ndarray,
+    capacity: int | None,
+    what: str,
 ) -> None:
-    """The tokens each expert took and dropped, as stacked bars in its device's colour."""
+    """The choices each expert took and dropped, as stacked bars in its device's colour."""
+    n_experts = len(exp_dev)
     took = np.array([int((kp & (ex == e)).sum()) for e in range(n_experts)])
     dropped = np.array([int((~kp & (ex == e)).sum()) for e in range(n_experts)])
     colors = [device_color(int(d)) for d in exp_dev]
-    bars.bar(range(n_experts), took, color=colors, edgecolor="0.3", linewidth=0.5,
-             label="taken")  # fmt: skip
-    bars.bar(range(n_experts), dropped, bottom=took, color="0.9", edgecolor="0.45",
-             hatch="///", linewidth=0.5, label="dropped")  # fmt: skip
+    for e in range(n_experts):
+        bars.bar(e, took[e], color=colors[e], edgecolor="0.3", linewidth=0.5,
+                 gid=f"load:expert={e}:took={took[e]}", label="taken (its device's colour)" if e == 0 else None)  # fmt: skip
+        bars.bar(e, dropped[e], bottom=took[e], color="white", edgecolor="black", hatch="xx",
+                 linewidth=0.6, gid=f"load:expert={e}:dropped={dropped[e]}",
+                 label="dropped" if e == 0 else None)  # fmt: skip
+    top = max(1, int((took + dropped).max()), capacity or 0)
+    if capacity is not None:
+        bars.axhline(capacity, color="black", ls="--", lw=1.2, gid=f"capacity:{capacity}",
+                     label=f"capacity: {capacity} slots")  # fmt: skip
     step = max(1, int(np.ceil(n_experts / 16)))
     bars.set_xticks(range(0, n_experts, step), [str(e) for e in range(0, n_experts, step)],
-                    fontsize=8)  # fmt: skip
-    bars.tick_params(axis="y", labelsize=8)
+                    fontsize=9)  # fmt: skip
+    bars.tick_params(axis="y", labelsize=9)
+    bars.yaxis.set_major_locator(MaxNLocator(integer=True))
     bars.set_xlabel("expert", fontsize=9)
-    bars.set_ylabel("tokens routed to it", fontsize=9)
-    bars.set_ylim(0, 1.3 * max(1, int((took + dropped).max())))  # headroom for the legend
-    bars.legend(fontsize=8, frameon=False, loc="upper center", ncol=2)
-    bars.set_title(f"load per expert: {int(dropped.sum())} of {kp.size} choices dropped",
+    bars.set_ylabel("choices routed to it", fontsize=9)
+    bars.set_ylim(0, 1.6 * top)  # headroom for the legend
+    bars.legend(fontsize=9, frameon=False, loc="upper left", ncol=1)
+    bars.set_title(f"load per expert, {what}:\n{int(dropped.sum())} of {kp.size} choices dropped",
                    fontsize=9.5)  # fmt: skip
     for spine in ("top", "right"):
         bars.spines[spine].set_visible(False)
@@ -85,16 +102,30 @@ def draw_routing(
     *,
     n_experts: int,
     n_devices: int,
+    group: tuple[Any, Any] | None = None,
+    capacity: int | None = None,
     fig: Figure | None = None,
 ) -> Figure:
     """Token -> expert -> device for one small batch, and the load per expert.
 
     ``expert`` and ``kept`` are ``(tokens, k)``, as in ``route``'s result, the tokens in
     device order (device ``d`` holds the ``d``-th ``tokens / n_devices`` of them); device
-    ``j`` holds experts ``j·E/n ... (j+1)·E/n - 1``.
+    ``j`` holds experts ``j·E/n ... (j+1)·E/n - 1``. The bars count the drawn tokens'
+    choices, or, with ``group=(expert, kept)``, those of one whole routing group (whose
+    capacity, given as ``capacity``, is drawn as a line).
     """
     ex, kp = _ints(expert, "expert"), _ints(kept, "kept").astype(bool)
     tokens = _check_routing(ex, kp, n_experts, n_devices)
+    if capacity is not None and (
+        isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1
+    ):
+        raise ValueError(f"draw_routing: capacity={capacity!r} must be None or an int >= 1.")
+    if group is None:
+        g_ex, g_kp, what = ex, kp, f"the {tokens} tokens drawn"
+    else:
+        g_ex, g_kp = _ints(group[0], "group's expert"), _ints(group[1], "group's kept").astype(bool)
+        _check_routing(g_ex, g_kp, n_experts, 1)
+        what = f"one group of {g_ex.shape[0]} tokens"
     tok_dev = np.arange(tokens) // (tokens // n_devices)
     exp_dev = np.arange(n_experts) // (n_experts // n_devices)
     if fig is None:
@@ -107,9 +138,12 @@ def draw_routing(
     for t in range(tokens):
         for j in range(ex.shape[1]):
             e, ok = int(ex[t, j]), bool(kp[t, j])
-            ax.plot([0.62, 2.38], [ty[t], ey[e]], color=device_color(int(tok_dev[t])) if ok else "0.3",
-                    lw=1.1 if ok else 1.3, ls="-" if ok else (0, (2, 2)), alpha=0.85,
-                    gid=f"route:token={t}:expert={e}:kept={int(ok)}", zorder=1)  # fmt: skip
+            ax.plot([0.62, 2.38], [ty[t], ey[e]], color=device_color(int(tok_dev[t])) if ok else "black",
+                    lw=1.1 if ok else 1.4, ls="-" if ok else (0, (1, 1.5)), alpha=0.85 if ok else 1,
+                    gid=f"route:token={t}:expert={e}:kept={int(ok)}", zorder=1 if ok else 1.5)  # fmt: skip
+            if not ok:  # a cross where the full expert turned it away
+                ax.plot(2.3, ty[t] + (ey[e] - ty[t]) * (1.68 / 1.76), marker="x", color="black",
+                        ms=6, mew=1.6, zorder=1.6)  # fmt: skip
     box_t = min(0.8, 0.8 * rows / tokens)
     box_e = min(0.8, 0.8 * rows / n_experts)
     size = float(np.clip(11 * min(box_t, box_e) + 1, 5.5, 9.0))
@@ -132,7 +166,7 @@ def draw_routing(
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.set_title("each token to its experts (colour: the device holding it;\n"
-                 "dashed grey: dropped, the expert was full)", fontsize=9.5)  # fmt: skip
+                 "black dotted with ×: dropped, the expert was full)", fontsize=9.5)  # fmt: skip
     bars = fig.add_subplot(grid[0, 1])
-    _draw_load_bars(bars, ex, kp, n_experts, exp_dev)
+    _draw_load_bars(bars, g_ex, g_kp, exp_dev, capacity, what)
     return fig

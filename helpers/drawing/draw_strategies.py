@@ -1,9 +1,11 @@
-"""One figure that sums up the sharding strategies: memory per device against bytes sent.
+"""Figures that compare the sharding strategies: what a device holds, and what it sends.
 
 ``plot_memory_vs_traffic`` draws one labelled point per strategy: how many bytes of training
 state the fullest device holds (y) against how many bytes each device sends per training step
-(x). Notebook 03 ends with it. matplotlib is imported inside the function, so importing this
-module does not need it.
+(x). ``plot_live_memory`` draws what a compiled step's temporaries hold, instruction by
+instruction, for a few programs side by side (``helpers.measuring.measure.live_memory``).
+Notebook 03 draws both. matplotlib is imported inside the functions, so importing this module
+does not need it.
 """
 
 from __future__ import annotations
@@ -37,19 +39,16 @@ def _clusters(xy: dict[str, tuple[float, float]], span: tuple[float, float]) -> 
     return groups
 
 
-def plot_memory_vs_traffic(
-    points: Mapping[str, tuple[float, float]],
-    *,
-    ax: Any = None,
-    title: str | None = None,
-) -> Any:
-    """A scatter of one point per strategy: bytes held per device against bytes sent per step.
-
-    ``points`` maps a strategy's name to ``(held, sent)``: the bytes of training state on the
-    fullest device, and the bytes each device sends per training step. Points closer than 6%
-    of the axes' spans share one label (``"fsdp, fsdp_all"``), so no label covers another.
-    Draws on ``ax`` if given; returns the Axes.
-    """
+def _checked_points(
+    points: Mapping[str, tuple[float, float]], notes: Mapping[str, str] | None
+) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+    """``plot_memory_vs_traffic``'s arguments checked: ``(sent, held)`` per name, and the notes."""
+    notes = dict(notes or {})
+    if any(k not in points or not isinstance(v, str) for k, v in notes.items()):
+        raise ValueError(
+            "plot_memory_vs_traffic: notes must map strategies of points to text, got "
+            f"{notes!r} for points {sorted(points)}."
+        )
     if not isinstance(points, Mapping) or not points:
         raise ValueError(
             "plot_memory_vs_traffic: points must be a non-empty mapping of strategy name to "
@@ -72,6 +71,26 @@ def plot_memory_vs_traffic(
                 f"got {value!r}."
             )
         xy[name] = (sent, held)
+    return xy, notes
+
+
+def plot_memory_vs_traffic(
+    points: Mapping[str, tuple[float, float]],
+    *,
+    ax: Any = None,
+    title: str | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> Any:
+    """A scatter of one point per strategy: bytes held per device against bytes sent per step.
+
+    ``points`` maps a strategy's name to ``(held, sent)``: the bytes of training state on the
+    fullest device, and the bytes each device sends per training step. Points closer than 6%
+    of the axes' spans share one label (``"fsdp, fsdp_all"``), so no label covers another.
+    ``notes`` maps some of the strategies to a remark, written in italics above and left of
+    its point, with a line to it (say, why it sits where it does on this backend). Draws on ``ax`` if given;
+    returns the Axes.
+    """
+    xy, notes = _checked_points(points, notes)
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -95,9 +114,87 @@ def plot_memory_vs_traffic(
             fontsize=10.5,
             clip_on=False,
         )
+    for name, text in notes.items():
+        ax.annotate(
+            text,
+            scaled[name],
+            xytext=(-6, 34),
+            textcoords="offset points",
+            ha="right",
+            va="bottom",
+            fontsize=9.5,
+            style="italic",
+            color="0.25",
+            arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.8, "shrinkB": 5},
+        )
     ax.set_xlabel(f"bytes sent per device per training step ({x_name})")
     ax.set_ylabel(f"training state on the fullest device ({y_name})")
     ax.grid(alpha=0.3)
     if title:
         ax.set_title(title, fontsize=11.5)
     return ax
+
+
+_KIND_COLORS = {
+    "gathered parameters": "tab:blue",
+    "gradients": "tab:red",
+    "activations": "tab:green",
+    "other": "0.7",
+}
+
+
+def plot_live_memory(lives: Mapping[str, Any], *, title: str | None = None) -> Any:
+    """One panel per program: its temporaries alive through one step, stacked by kind.
+
+    ``lives`` maps a program's name to its ``helpers.measuring.measure.LiveMemory``
+    (``live_memory(compiled)``). The x axis is the position in the step's schedule, from
+    the first instruction to the last (programs of different lengths share it); a dashed
+    line marks XLA's own temp size where the ``LiveMemory`` has it.
+    The panels share their y axis, in one unit, so that heights compare. Returns the Figure;
+    its Axes are the panels, in the order of ``lives``.
+    """
+    if not isinstance(lives, Mapping) or not lives:
+        raise ValueError(
+            "plot_live_memory: lives must be a non-empty mapping of program name to "
+            f"LiveMemory (helpers.live_memory(compiled)), got {lives!r}."
+        )
+    for name, live in lives.items():
+        if not all(hasattr(live, a) for a in ("steps", "phases", "temp")) or not live.steps:
+            raise ValueError(
+                f"plot_live_memory: lives[{name!r}] must be a LiveMemory with at least one "
+                f"step (helpers.live_memory(compiled)), got {type(live).__name__}."
+            )
+    import matplotlib.pyplot as plt
+
+    top = max(max(max(live.totals), live.temp or 0) for live in lives.values())
+    size, unit = _unit(top)
+    fig, axes = plt.subplots(
+        len(lives), 1, figsize=(8, 1.2 + 1.9 * len(lives)), sharex=True, layout="constrained"
+    )
+    axes = [axes] if len(lives) == 1 else list(axes)
+    for ax, (name, live) in zip(axes, lives.items(), strict=True):
+        _live_panel(ax, name, live, size, unit)
+        ax.set_ylim(0, top / size * 1.15)
+    axes[-1].set_xlabel("position in the step's schedule (first instruction to last)")
+    labels = [*_KIND_COLORS, "XLA's temp size"]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _KIND_COLORS.values()]
+    handles.append(plt.Line2D([], [], color="0.2", ls="--", lw=1))
+    fig.legend(handles, labels, loc="outside lower center", ncol=5, fontsize=9.5, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11.5)
+    return fig
+
+
+def _live_panel(ax: Any, name: str, live: Any, size: float, unit: str) -> None:
+    """One program's stacked temporaries, and XLA's temp size dashed."""
+    n = len(live.steps)
+    x = [i / max(n - 1, 1) for i in range(n)]
+    series = [[s[k] / size for s in live.steps] for k in _KIND_COLORS]
+    ax.stackplot(x, series, colors=list(_KIND_COLORS.values()), linewidth=0)
+    if live.temp is not None:
+        ax.axhline(live.temp / size, color="0.2", ls="--", lw=1)
+    peak = max(live.totals)
+    ax.set_title(f"{name}: peak {peak / size:.2f} {unit}", fontsize=10.5, loc="left")
+    ax.set_ylabel(unit, fontsize=10)
+    ax.set_xlim(0, 1)
+    ax.tick_params(labelsize=9)

@@ -413,3 +413,259 @@ def format_collectives(stats: dict[str, dict[str, float]]) -> str:
             f"{_fmt_bytes(s['sent_per_device']):>14}"
         )
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# What a compiled step's temporary memory holds, from its scheduled HLO
+# ---------------------------------------------------------------------------
+
+MEMORY_KINDS = ("gathered parameters", "gradients", "activations", "other")
+
+# Ops whose result is no new buffer: a view of an operand, an input, or a constant.
+_NO_BUFFER = {
+    "parameter", "get-tuple-element", "bitcast", "tuple", "constant", "partition-id",
+    "replica-id", "after-all", "opt-barrier", "optimization-barrier",
+}  # fmt: skip
+_LOOP_COPIES = 16  # a loop body run more often is drawn this many times in ``steps``
+
+
+@dataclass(frozen=True)
+class _Instr:
+    name: str
+    op: str
+    arrays: tuple[tuple[str, tuple[int, ...]], ...]  # the result's arrays (a tuple's elements)
+    args: tuple[str, ...]
+    attrs: str
+    op_name: str
+    root: bool
+
+
+def _computations(text: str) -> tuple[dict[str, list[_Instr]], str]:
+    """Every computation's instructions in their (scheduled) order, and the entry's name."""
+    comps: dict[str, list[_Instr]] = {}
+    entry, current = "", None
+    for line in text.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            words = line.split()
+            name = (words[1] if words[0] == "ENTRY" and len(words) > 1 else words[0]).lstrip("%")
+            entry = name if words[0] == "ENTRY" else entry
+            current = comps.setdefault(name, [])
+            continue
+        m = _INSTR.match(line)
+        if m is None or current is None:
+            continue
+        args = re.sub(r"/\*.*?\*/", "", m.group("args"))
+        found = _OP_NAME.search(m.group("attrs"))
+        current.append(
+            _Instr(
+                m.group("name"),
+                m.group("op"),
+                tuple(_arrays(m.group("type"))),
+                tuple(a.strip().lstrip("%") for a in args.split(",") if a.strip()),
+                m.group("attrs"),
+                found.group(1) if found else "",
+                line.lstrip().startswith("ROOT"),
+            )
+        )
+    return comps, entry
+
+
+def _phase(op_name: str) -> str:
+    """Where JAX's op_name puts an op: the backward pass (``transpose(...)``), the forward
+    pass (``jvp(...)``), or elsewhere (the optimizer update, the loss's last steps)."""
+    if "transpose(" in op_name:
+        return "backward"
+    return "forward" if "jvp(" in op_name else "other"
+
+
+class _Liveness:
+    """Which buffers of one computation are alive after each of its instructions."""
+
+    def __init__(self, comps: dict[str, list[_Instr]], name: str, param_dims: set) -> None:
+        self.comps, self.instrs, self.param_dims = comps, comps[name], param_dims
+        self.by_name = {i.name: i for i in self.instrs}
+        self.kind: dict[tuple[str, int], str] = {}
+        self.size: dict[tuple[str, int], int] = {}
+
+    def leaves(self, value: str) -> list[tuple[str, int]]:
+        """The buffers a value is made of (a view or a tuple is made of its operands')."""
+        i = self.by_name.get(value)
+        if i is None or i.op in ("parameter", "constant"):
+            return []
+        if i.op == "tuple":
+            return [b for a in i.args for b in self.leaves(a)]
+        if i.op in ("bitcast", "get-tuple-element", "while") or i.op.endswith("-done"):
+            inner = self.leaves(i.args[0]) if i.args else []
+            index = re.search(r"index=(\d+)", i.attrs)
+            if i.op == "get-tuple-element" and index and len(inner) > 1:
+                inner = inner[int(index.group(1)) : int(index.group(1)) + 1]
+            return inner
+        if i.op.endswith("-start") and len(i.arrays) > 1:  # (operand, result): the result only
+            return [(i.name, len(i.arrays) - 1)]
+        return [(i.name, k) for k in range(len(i.arrays))]
+
+    def classify(self, i: _Instr, k: int) -> str:
+        """The kind of the ``k``-th array ``i`` writes: a gathered parameter, a gradient (a
+        backward-pass or reduced array with a parameter's shape), an activation (anything
+        else of the model's passes) or other; a copy (the same bytes from one operand, as a
+        relayout or a loop's copy) is of its operand's kind."""
+        gathered, grads, acts, other = MEMORY_KINDS
+        if i.op.startswith("all-gather"):
+            return gathered
+        copied = self._kind_copied(i)
+        if copied is not None:
+            return copied
+        phase = _phase(i.op_name)
+        reduced = i.op.startswith(("all-reduce", "reduce-scatter"))
+        if (phase == "backward" or reduced) and i.arrays[k][1] in self.param_dims:
+            return grads
+        return acts if phase != "other" else other
+
+    def _kind_copied(self, i: _Instr) -> str | None:
+        if i.op not in ("copy", "transpose", "fusion") or len(i.args) != 1 or len(i.arrays) != 1:
+            return None
+        src = self.leaves(i.args[0])
+        kinds = {self.kind.get(b) for b in src}
+        same = sum(self.size.get(b, 0) for b in src) == _nbytes(i.arrays[0])
+        return kinds.pop() if src and same and len(kinds) == 1 else None
+
+    def nested(self, i: _Instr) -> list[tuple[dict[str, int], str]]:
+        """The steps of the computations an instruction runs: a loop's body (as often as it
+        runs, up to ``_LOOP_COPIES`` times), a call, the largest branch of a conditional."""
+        if i.op == "while":
+            body = re.search(r"body=%?([\w.\-]+)", i.attrs)
+            trips = _TRIP_COUNT.search(i.attrs)
+            runs = min(int(trips.group(1)) if trips else 1, _LOOP_COPIES)
+            return self._run(body.group(1)) * runs if body else []
+        if i.op == "call":
+            called = re.search(r"to_apply=%?([\w.\-]+)", i.attrs)
+            return self._run(called.group(1)) if called else []
+        if i.op == "conditional":
+            branches = re.findall(r"%?([\w.\-]+)", _attr(i.attrs, "branch_computations"))
+            runs = [self._run(b) for b in branches if b in self.comps]
+            return (
+                max(runs, key=lambda r: max((sum(s.values()) for s, _ in r), default=0))
+                if runs
+                else []
+            )
+        return []
+
+    def _run(self, name: str) -> list[tuple[dict[str, int], str]]:
+        return _Liveness(self.comps, name, self.param_dims).steps() if name in self.comps else []
+
+    def steps(self) -> list[tuple[dict[str, int], str]]:
+        """Live bytes per kind after each instruction (its nested steps, for a loop), with
+        the instruction's phase. The root's buffers (the step's outputs; a loop body's state)
+        are not temporaries and are left out."""
+        roots = [i for i in self.instrs if i.root]
+        live_out = set(self.leaves(roots[-1].name)) if roots else set()
+        last_use: dict[tuple[str, int], int] = {}
+        for t, i in enumerate(self.instrs):
+            for a in i.args:
+                for b in self.leaves(a):
+                    last_use[b] = t
+        live: dict[tuple[str, int], int] = {}
+        out: list[tuple[dict[str, int], str]] = []
+        for t, i in enumerate(self.instrs):
+            if i.op not in _NO_BUFFER:
+                for b in self.leaves(i.name):
+                    if b[0] == i.name and b not in self.size:
+                        self.size[b] = _nbytes(i.arrays[b[1]])
+                        self.kind[b] = self.classify(i, b[1])
+                        if b not in live_out:
+                            live[b] = self.size[b]
+            base = _by_kind(live, self.kind)
+            inner = self.nested(i) or [({}, _phase(i.op_name))]
+            out += [({k: base[k] + s.get(k, 0) for k in MEMORY_KINDS}, ph) for s, ph in inner]
+            for b in [b for b in live if last_use.get(b, t) <= t]:
+                del live[b]
+        return out
+
+
+def _attr(attrs: str, key: str) -> str:
+    m = re.search(key + r"=\{([^}]*)\}", attrs)
+    return m.group(1) if m else ""
+
+
+def _nbytes(array: tuple[str, tuple[int, ...]]) -> int:
+    return _DTYPE_BYTES[array[0]] * math.prod(array[1])
+
+
+def _by_kind(live: dict[tuple[str, int], int], kinds: dict[tuple[str, int], str]) -> dict[str, int]:
+    totals = dict.fromkeys(MEMORY_KINDS, 0)
+    for b, n in live.items():
+        totals[kinds[b]] += n
+    return totals
+
+
+@dataclass(frozen=True)
+class LiveMemory:
+    """What a compiled step's temporary memory holds, instruction by instruction.
+
+    ``steps[t]`` maps each of ``MEMORY_KINDS`` to the bytes of temporaries alive after the
+    ``t``-th instruction of the step's schedule (a loop's body repeated as it runs, up to
+    16 times); ``phases[t]`` is that instruction's pass: ``"forward"``, ``"backward"`` or
+    ``"other"``. ``temp`` is XLA's own figure (``step_memory(compiled)["temp"]``), or None
+    when only HLO text was given: ``peak`` should come close to it, since both replay the
+    same schedule (XLA also reuses a dying operand's buffer in place, which this does not).
+    """
+
+    steps: tuple[dict[str, int], ...]
+    phases: tuple[str, ...]
+    temp: int | None = None
+
+    @property
+    def totals(self) -> list[int]:
+        """Bytes of temporaries alive after each step."""
+        return [sum(s.values()) for s in self.steps]
+
+    @property
+    def peak(self) -> int:
+        """The most temporary bytes alive at once."""
+        return max(self.totals, default=0)
+
+    @property
+    def at_peak(self) -> dict[str, int]:
+        """What the temporaries hold, by kind, at the first step where they peak."""
+        totals = self.totals
+        return dict(self.steps[totals.index(max(totals))]) if totals else {}
+
+    @property
+    def most(self) -> dict[str, int]:
+        """The most bytes of each kind alive at once, each at its own step."""
+        return {k: max((s[k] for s in self.steps), default=0) for k in MEMORY_KINDS}
+
+
+def live_memory(compiled: Any) -> LiveMemory:
+    """Replay a compiled step's schedule and say what its temporary buffers hold.
+
+    Reads the optimised HLO (``compiled.as_text()``), whose instructions XLA lists in the
+    order it will run them. Each instruction's result is a buffer from the instruction to
+    its last use (a view, a tuple or a loop's result shares its operands' buffers; the
+    step's inputs and outputs are not temporaries). Each buffer gets one of
+    ``MEMORY_KINDS``: ``gathered parameters`` (an all-gather's result, or a copy of one in
+    another layout), ``gradients`` (a backward-pass or reduced array whose shape is a
+    parameter's, whole or sharded), ``activations`` (everything else JAX's ``op_name``
+    puts in the model's forward or backward pass), ``other`` (the optimizer update, the
+    loss). The kinds are read from shapes and op names: an activation with a parameter's
+    shape in the backward pass would count as a gradient.
+
+    Accepts the compiled object (then ``temp`` is XLA's ``memory_analysis`` figure, to
+    compare ``peak`` with) or its ``as_text()``.
+
+    Raises:
+      TypeError / ValueError: as ``collective_stats``, for anything that is not a compiled
+        executable or its HLO text.
+    """
+    text = _hlo_text(compiled)
+    comps, entry = _computations(text)
+    param_dims = {
+        a[1]
+        for instrs in comps.values()
+        for i in instrs
+        if (i.op == "parameter" and instrs is comps.get(entry)) or i.op.startswith("all-gather")
+        for a in i.arrays[-1:]
+    }
+    steps = _Liveness(comps, entry, param_dims).steps()
+    temp = None if isinstance(compiled, str) else step_memory(compiled)["temp"]
+    return LiveMemory(tuple(s for s, _ in steps), tuple(p for _, p in steps), temp)

@@ -23,6 +23,11 @@ The same runs from a shell, with only jax, flax, optax, numpy (and matplotlib fo
     PYTHONPATH=. python -m helpers.profile --strategies dp fsdp --preset tiny --json out.json
     PYTHONPATH=. python -m helpers.profile --model transformer --preset tiny
 
+``compile_step`` compiles the same step without running it, for a strategy or for logical
+rules of your own, and returns the executable and the parameters' shardings: what a
+notebook reads the HLO, the schedule (``helpers.measuring.trace.hlo_schedule``) and the
+``PartitionSpec`` s from.
+
 What a step *should* cost (FLOPs per token, bytes per device, knees, N-GPU projections)
 is ``helpers.measuring.cost_model``; the two figures are ``helpers.drawing.draw_profile``; what is trained
 (the presets, resized to the mesh, and ``workload_for``, the one place that maps a model
@@ -98,6 +103,7 @@ __all__ = [
     "MODEL_PRESETS",
     "PRESETS",
     "PRESET_MULTIPLE",
+    "CompiledStep",
     "ProjectionBase",
     "REFERENCE_GPU",
     "SMALL_GPU_BYTES",
@@ -109,6 +115,7 @@ __all__ = [
     "build_parser",
     "choose_preset",
     "compare_strategies",
+    "compile_step",
     "config_dict",
     "config_from_dict",
     "degenerate",
@@ -255,11 +262,15 @@ def _abstract(tree: Any, shardings: Any) -> Any:
 
 
 def _compile(
-    strategy: str, wl: Workload, mesh: Any, optimizer: Any, options: dict[str, Any]
-) -> tuple[Any, tuple[tuple[str, Any], ...], float]:
-    """Compile one strategy's step from abstract arguments (nothing is allocated yet):
-    ``(compiled, rules, compile seconds)``."""
-    rules, model, x_init = logical_rules(strategy), wl.model(), wl.x_init(mesh)
+    rules: tuple[tuple[str, Any], ...],
+    wl: Workload,
+    mesh: Any,
+    optimizer: Any,
+    options: dict[str, Any],
+) -> tuple[Any, Any, float]:
+    """Compile the step of one layout (logical rules) from abstract arguments (nothing is
+    allocated yet): ``(compiled, abstract parameters with their shardings, seconds)``."""
+    model, x_init = wl.model(), wl.x_init(mesh)
     shardings = param_shardings(model, x_init, mesh, rules)
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), x_init)["params"])
     params = _abstract(nn.meta.unbox(params), shardings)
@@ -269,7 +280,7 @@ def _compile(
     step = make_train_step(model, optimizer, mesh, spec, rules)
     t0 = time.perf_counter()
     compiled = step.lower(params, opt_state, *wl.abstract_batch(mesh)).compile(options or None)
-    return compiled, rules, time.perf_counter() - t0
+    return compiled, params, time.perf_counter() - t0
 
 
 def _refuse(
@@ -428,7 +439,8 @@ def _compile_strategy(
     """Compile ``strategy``'s training step and fill in all that compiling tells."""
     kind, platform = where
     log(f"{strategy}: compiling the training step")
-    step, rules, compile_s = _compile(strategy, wl, mesh, optimizer, options)
+    rules = logical_rules(strategy)
+    step, _, compile_s = _compile(rules, wl, mesh, optimizer, options)
     stats = collective_stats(step)
     result = StrategyResult(
         strategy=strategy,
@@ -460,6 +472,88 @@ def _compile_strategy(
         f"{format_bytes(result.step_memory['total'])} per device"
     )
     return _Compiled(step, rules, result)
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    """One layout's training step, compiled and never run (``compile_step``)."""
+
+    compiled: Any  # the executable: .as_text(), .memory_analysis(), collective_stats(...)
+    params: Any  # the parameters as abstract arrays: .shape, .dtype, .sharding (.spec)
+    logical: Any  # the same tree of each parameter's logical names, as PartitionSpecs
+    workload: Workload
+    rules: tuple[tuple[str, Any], ...]
+
+
+def _check_rules(rules: Any) -> tuple[tuple[str, Any], ...]:
+    """``rules`` as a tuple of (logical name, mesh axes) pairs, or a ValueError naming it."""
+
+    def axes_ok(entry: Any) -> bool:
+        names = (entry,) if isinstance(entry, str) else entry
+        return entry is None or (isinstance(names, tuple | list) and all(a in AXES for a in names))
+
+    try:
+        pairs = tuple((name, entry) for name, entry in rules)
+    except (TypeError, ValueError):
+        pairs = None
+    if not pairs or not all(isinstance(n, str) and axes_ok(e) for n, e in pairs):
+        raise ValueError(
+            f"compile_step: layout={rules!r} is neither a strategy of LOGICAL_RULES "
+            f"({', '.join(sorted(LOGICAL_RULES))}) nor logical rules: pairs of a logical name "
+            f"and None, a mesh axis of {AXES} or a tuple of them."
+        )
+    return pairs
+
+
+def compile_step(
+    layout: str | Sequence[tuple[str, Any]] = "fsdp",
+    preset: str | ModelConfig | TransformerConfig = "auto",
+    *,
+    devices: Sequence[Any] | None = None,
+    mesh_shape: tuple[int, int] | None = None,
+    batch_per_device: int | None = None,
+    remat: bool = False,
+    model: str | None = None,
+    compiler_options: dict[str, Any] | None = None,
+    resize_for: Sequence[str] | None = None,
+) -> CompiledStep:
+    """Compile the training step ``compare_strategies`` would time, and run nothing.
+
+    ``layout`` is a strategy of ``LOGICAL_RULES`` (``"dp"``, ``"fsdp"``, ...) or logical
+    rules of your own: pairs of a logical name and the mesh axes it splits over (None to
+    keep it whole), as ``LOGICAL_RULES`` holds them. The model, mesh, optimizer and
+    compiler options are ``compare_strategies``'s for the same arguments. A preset's
+    widths are rounded up to fit the mesh (``fit_to_mesh``) for the strategies named in
+    ``resize_for`` (default: ``layout`` when it is a name): ``compare_strategies`` rounds
+    them for every strategy it compares, so pass the same strategies to compile the same
+    model. With rules of your own, give a ``ModelConfig`` whose split widths the mesh
+    divides, or ``resize_for``. Read the program with
+    ``collective_stats(step.compiled)``, ``step_memory(step.compiled)`` or
+    ``hlo_schedule(step.compiled)``; each parameter's ``PartitionSpec`` is
+    ``step.params[...].sharding.spec``, its logical names ``step.logical[...]``.
+
+    Raises:
+      ValueError: an unknown strategy, rules that are not (name, mesh axes) pairs, a mesh
+        that does not use every device or leaves the strategy degenerate.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    shape = (len(devices), 1) if mesh_shape is None else tuple(mesh_shape)
+    rules = logical_rules(layout) if isinstance(layout, str) else _check_rules(layout)
+    strategies = (layout,) if isinstance(layout, str) else ()
+    if resize_for is not None:
+        for name in resize_for:
+            logical_rules(name)  # a clear ValueError for an unknown name
+    fit = strategies if resize_for is None else tuple(resize_for)
+    wl = workload_for(preset, fit, devices, shape, batch_per_device, remat, model)
+    _refuse(strategies, wl, devices, shape, 1, 0, True, False)
+    if compiler_options is not None:
+        options = dict(compiler_options)
+    else:
+        options = gpu_compiler_options() if devices[0].platform == "gpu" else {}
+    mesh = make_mesh(shape, AXES, devices=devices)
+    compiled, params, _ = _compile(rules, wl, mesh, optax.adam(1e-3), options)
+    boxed = jax.eval_shape(lambda: wl.model().init(jax.random.key(0), wl.x_init(mesh))["params"])
+    return CompiledStep(compiled, params, nn.get_partition_spec(boxed), wl, rules)
 
 
 def _run(

@@ -24,6 +24,12 @@ in which some collective of a device runs and none of its compute does: the part
 communication that no compute hides.
 
 A trace from any machine can be read anywhere: reading it runs nothing on a device.
+
+``hlo_schedule`` reads the other side: the order in which a compiled step's HLO lists its
+instructions. XLA compiles a step into a scheduled module (``is_scheduled=true``): its
+entry computation lists every instruction in the order of the schedule, the order that XLA
+plans the step's buffers by (and so its temporary memory, ``step_memory``). A backend may
+still run independent instructions side by side; a trace says what ran when.
 """
 
 from __future__ import annotations
@@ -43,13 +49,17 @@ from helpers.measuring.measure import COLLECTIVES
 
 __all__ = [
     "COLLECTIVE_OPCODES",
+    "HloOp",
     "Span",
     "TraceSummary",
     "exposed_spans",
     "find_trace_file",
     "format_trace_table",
+    "hlo_schedule",
     "is_collective",
     "read_trace",
+    "readers_of",
+    "slowest_ops",
     "step_ops",
     "summarize_trace",
 ]
@@ -317,6 +327,31 @@ def summarize_trace(spans: Sequence[Span]) -> TraceSummary:
     )
 
 
+def slowest_ops(
+    spans: Sequence[Span], n: int = 3, kind: str = "compute"
+) -> list[tuple[str, float]]:
+    """The ``n`` ops of one ``kind`` (``"compute"`` or ``"collective"``) that took the most
+    time: ``(HLO name, ms)``, the op's time per device and traced step, averaged over both,
+    longest first.
+
+    Raises:
+      ValueError: ``spans`` is empty, ``n`` < 1, or ``kind`` is neither kind.
+    """
+    if not spans:
+        raise ValueError("slowest_ops: spans is empty; read_trace returns at least one.")
+    if n < 1 or kind not in ("compute", "collective"):
+        raise ValueError(
+            f"slowest_ops: n={n} must be >= 1 and kind={kind!r} 'compute' or 'collective'."
+        )
+    per = 1e3 * len({s.device for s in spans}) * len({s.step for s in spans})
+    total: dict[str, float] = defaultdict(float)
+    for s in spans:
+        if s.kind == kind:
+            total[s.name] += s.dur_us
+    ranked = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return [(name, us / per) for name, us in ranked]
+
+
 def step_ops(spans: Sequence[Span], device: int = 0, step: int | None = None) -> list[Span]:
     """The ops one device ran in one traced step (default: the last), in order of start."""
     if not spans:
@@ -345,3 +380,147 @@ def format_trace_table(summaries: Mapping[str, TraceSummary], where: str = "") -
             f"{share:>15}"
         )
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# The compiled schedule
+# ---------------------------------------------------------------------------
+
+_HLO_INSTR = re.compile(
+    r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<type>.+?)\s+"
+    r"(?P<op>[a-z][a-z0-9\-]*)\((?P<args>[^)]*)\)(?P<attrs>.*)$"
+)
+_HLO_ARRAY = re.compile(r"\b([a-z]+[0-9]*(?:e[0-9]m[0-9](?:fn)?)?)\[([0-9,]*)\]")
+_HLO_NOISE = re.compile(r",\s*(?:metadata|backend_config|frontend_attributes|sharding|statistics)=")
+
+
+@dataclass(frozen=True)
+class HloOp:
+    """One instruction of a compiled step's entry computation, as ``hlo_schedule`` reads it.
+
+    ``index`` is its place in the schedule (0 = first). ``result`` is its type without
+    layouts (``f32[128,512]``, or a tuple of them); ``op_name`` the JAX operation it came from (the metadata's
+    ``op_name``, "" if none): ``jit(step)/jvp(...)/...`` in the forward pass,
+    ``.../transpose(jvp(...))/...`` in the backward pass. ``text`` is the line trimmed for
+    reading: no layouts, metadata, channel ids or backend configuration, and long tuples cut.
+    """
+
+    index: int
+    name: str
+    opcode: str
+    result: str
+    operands: tuple[str, ...]
+    op_name: str
+    text: str
+
+    @property
+    def collective(self) -> str | None:
+        """The collective this op runs (``"all-gather"``, ...; an async ``-start`` too), or None."""
+        kind = self.opcode.removesuffix("-start")
+        return kind if kind in COLLECTIVE_OPCODES else None
+
+    @property
+    def arrays(self) -> list[tuple[str, tuple[int, ...]]]:
+        """``(dtype, shape)`` of every array in its result, in order."""
+        return [
+            (dtype, tuple(int(d) for d in dims.split(",") if d))
+            for dtype, dims in _HLO_ARRAY.findall(self.result)
+        ]
+
+
+def _short_list(items: list[str], what: str, keep: int = 2) -> str:
+    if len(items) <= keep + 1:
+        return ", ".join(items)
+    return f"{', '.join(items[:keep])}, ... {len(items)} {what}"
+
+
+def _trim_hlo(
+    name: str, type_text: str, op: str, operands: list[str], attrs: str
+) -> tuple[str, str]:
+    """``(result, text)``: the result type and the whole line, trimmed for reading."""
+    arrays = [f"{d}[{s}]" for d, s in _HLO_ARRAY.findall(type_text)]
+    if type_text.lstrip().startswith("("):
+        result, short = f"({', '.join(arrays)})", f"({_short_list(arrays, 'arrays')})"
+    else:
+        result = short = arrays[0] if arrays else type_text.strip()
+    cut = _HLO_NOISE.search(attrs)
+    attrs = attrs[: cut.start()] if cut else attrs
+    attrs = re.sub(r",\s*channel_id=\d+|,\s*use_global_device_ids=true", "", attrs).rstrip()
+    args = _short_list([f"%{o}" for o in operands], "operands")
+    return result, f"%{name} = {short} {op}({args}){attrs}"
+
+
+def hlo_schedule(compiled: Any) -> list[HloOp]:
+    """The entry computation of a compiled step, one ``HloOp`` per instruction, in schedule order.
+
+    ``compiled`` is what ``jax.jit(f).lower(...).compile()`` returns, or its ``as_text()``.
+    For a scheduled module (``is_scheduled=true``, what XLA compiles) the order is XLA's
+    schedule: the order it plans the buffers by. Which instruction reads which value is in
+    ``operands``.
+
+    Raises:
+      ValueError: the text holds no ENTRY computation (not the HLO of a compiled step).
+    """
+    text = compiled if isinstance(compiled, str) else getattr(compiled, "as_text", lambda: None)()
+    if not isinstance(text, str) or "\nENTRY" not in f"\n{text}":
+        raise ValueError(
+            "hlo_schedule: compiled must be a compiled step (jax.jit(f).lower(...).compile()) "
+            f"or its as_text(); got {type(compiled).__name__} with no ENTRY computation."
+        )
+    ops: list[HloOp] = []
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("ENTRY"):
+            inside = True
+            continue
+        if inside and line.startswith("}"):
+            break
+        m = _HLO_INSTR.match(line) if inside else None
+        if not m:
+            continue
+        attrs = m.group("attrs")
+        found = re.search(r'op_name="([^"]*)"', attrs)
+        operands = re.findall(r"%([\w.\-]+)", m.group("args"))
+        result, short = _trim_hlo(m.group("name"), m.group("type"), m.group("op"), operands, attrs)
+        ops.append(
+            HloOp(
+                len(ops), m.group("name"), m.group("op"), result, tuple(operands),
+                found.group(1) if found else "", short,
+            )
+        )  # fmt: skip
+    return ops
+
+
+def _same_value(op: HloOp) -> bool:
+    """True for an op that passes one value on unchanged (an async ``-done``) or only moves
+    it to another layout (``copy``, ``bitcast``, XLA:CPU's ``wrapped_copy`` fusions)."""
+    return (
+        op.opcode.endswith("-done")
+        or op.opcode in ("copy", "bitcast")
+        or (op.opcode == "fusion" and op.name.startswith("wrapped_copy") and len(op.operands) == 1)
+    )
+
+
+def readers_of(schedule: Sequence[HloOp], op: HloOp) -> list[HloOp]:
+    """The instructions of ``schedule`` that read ``op``'s value, in schedule order.
+
+    An async ``-done``, a ``copy`` or a ``bitcast`` of the value is followed to its own
+    readers: it is the same array (done, or laid out anew), so its readers read the value.
+    """
+    by_reader: dict[str, list[HloOp]] = defaultdict(list)
+    for o in schedule:
+        for name in set(o.operands):
+            by_reader[name].append(o)
+    out: dict[int, HloOp] = {}
+    todo, seen = [op.name], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for r in by_reader.get(name, []):
+            if _same_value(r):
+                todo.append(r.name)
+            else:
+                out[r.index] = r
+    return [out[i] for i in sorted(out)]

@@ -11,7 +11,9 @@ and checks them three ways; this module holds the parts that are not the lesson 
   device 1 and c of device 2: a wrong sum, whatever its total).
   ``blocks_by_device`` reads every device's rows from the shards of a real array.
 - **The textbook answer.** ``expected_blocks`` says, from the definition alone, which
-  blocks each device holds before and after each collective, to compare with what ran.
+  blocks each device holds before and after each collective, to compare with what ran;
+  ``ring_all_gather_rounds`` what each device holds after each round of the ring that
+  runs an all-gather.
 - **Closed forms.** ``ring_bytes`` gives the bytes one device sends under the
   bandwidth-optimal ring algorithms, the number printed beside what the compiled HLO moves.
 - **Pipelines.** ``gpipe_schedule`` (which stage works on which micro-batch at which
@@ -43,6 +45,7 @@ __all__ = [
     "gpipe_schedule",
     "hlo_op_sequence",
     "read_blocks",
+    "ring_all_gather_rounds",
     "ring_bytes",
     "tag_blocks",
 ]
@@ -217,6 +220,31 @@ def expected_blocks(
     return before, after
 
 
+def ring_all_gather_rounds(n_devices: int) -> list[dict[int, tuple[Block, ...]]]:
+    """What each device holds before and after each round of the ring all-gather.
+
+    The devices form a ring, ``d`` sending to ``d+1`` (the last to device 0). In round
+    ``k`` (1 .. ``n_devices - 1``) every device passes on the block it received in round
+    ``k - 1`` (in round 1, its own): device ``d`` receives device ``(d - k) % n``'s block.
+    Each device sends one block per round, ``n - 1`` blocks in all: ``ring_bytes``'s
+    ``b·(n-1)``.
+
+    Returns ``n_devices`` layouts (device id -> its blocks, in source order): entry 0 is
+    before the first round, entry ``k`` after round ``k``; the last is
+    ``expected_blocks("all_gather", n)[1]``.
+    """
+    n = _check_count(n_devices, "ring_all_gather_rounds")
+    rounds = []
+    for k in range(n):
+        rounds.append(
+            {
+                d: tuple(Block(0, (s,)) for s in sorted((d - j) % n for j in range(k + 1)))
+                for d in range(n)
+            }  # fmt: skip
+        )
+    return rounds
+
+
 # ---------------------------------------------------------------------------
 # Closed forms: bytes one device sends
 # ---------------------------------------------------------------------------
@@ -227,7 +255,8 @@ def ring_bytes(collective: str, block_bytes: float, n_devices: int) -> float:
 
     The bandwidth-optimal algorithms (a ring for the first three):
       ``psum`` (all-reduce) ``2·b·(n-1)/n``: a reduce-scatter, then an all-gather;
-      ``all_gather`` ``b·(n-1)``: its own block to each of the others;
+      ``all_gather`` ``b·(n-1)``: ``n-1`` rounds, each passing one block to the next
+        device (``ring_all_gather_rounds``);
       ``psum_scatter`` (reduce-scatter) ``b·(n-1)/n``: ``n-1`` partial sums of ``b/n``;
       ``ppermute`` ``b``: its block, once (0 on one device, where it sends to itself);
       ``all_to_all`` ``b·(n-1)/n``: a different ``1/n`` of its block to each of the others.

@@ -13,6 +13,13 @@ here, with tests:
   combined later.
 - ``online_softmax_combine``: that combination, exact up to rounding (the trick of
   FlashAttention and ring attention).
+- ``attention_block_grads``: the gradients of one such block, recomputed from the whole
+  row's output and log-sum-exp (FlashAttention's backward pass), so that a backward pass
+  can walk over the key blocks again instead of keeping each block's scores.
+
+Both ``attention_block`` and ``attention_block_grads`` take ``tile``: then they walk over
+the keys ``tile`` at a time, holding the scores of one ``(queries, tile)`` tile at a
+time, as a fused kernel does on chip; the result is the same.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import numpy as np
 __all__ = [
     "MASKED",
     "attention_block",
+    "attention_block_grads",
     "causal_block_work",
     "chunk_positions",
     "contiguous_chunks",
@@ -140,8 +148,52 @@ def _check_attention_args(q: Any, k: Any, v: Any, q_pos: Any, k_pos: Any) -> Non
             )
 
 
+def _scores(q: jax.Array, k: jax.Array, q_pos: Any, k_pos: Any) -> jax.Array:
+    """``(b, q, h, k)`` scaled scores, a future key's set to ``MASKED``."""
+    scores = jnp.einsum("bqhd,bkhd->bqhk", q, k) / np.sqrt(q.shape[-1]).astype(q.dtype)
+    visible = jnp.asarray(q_pos)[:, None] >= jnp.asarray(k_pos)[None, :]  # (q, k)
+    return jnp.where(visible[None, :, None, :], scores, MASKED)
+
+
+def _one_block(
+    q: jax.Array, k: jax.Array, v: jax.Array, q_pos: Any, k_pos: Any
+) -> tuple[jax.Array, jax.Array]:
+    scores = _scores(q, k, q_pos, k_pos)
+    top = jax.lax.stop_gradient(scores.max(axis=-1))  # (b, q, h): for a safe exp
+    weights = jnp.exp(scores - top[..., None])
+    total = weights.sum(axis=-1)  # >= 1: the top score gives exp(0)
+    out = jnp.einsum("bqhk,bkhd->bqhd", weights, v) / total[..., None]
+    return out, top + jnp.log(total)
+
+
+def _check_tile(tile: Any, k_len: int, where: str) -> int | None:
+    if tile is None:
+        return None
+    if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile < 1:
+        raise ValueError(f"{where}: tile={tile!r} must be None or an int >= 1.")
+    if k_len % tile:
+        raise ValueError(f"{where}: tile={tile} must divide the {k_len} keys.")
+    return int(tile)
+
+
+def _tiles(k: jax.Array, v: jax.Array, k_pos: Any, tile: int) -> tuple:
+    """Keys, values and positions cut into ``(n_tiles, ...)`` stacks of ``tile`` keys."""
+    n = k.shape[1] // tile
+
+    def cut(a: jax.Array) -> jax.Array:
+        return a.reshape(a.shape[0], n, tile, *a.shape[2:]).swapaxes(0, 1)
+
+    return cut(k), cut(v), jnp.asarray(k_pos).reshape(n, tile)
+
+
 def attention_block(
-    q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array, k_pos: jax.Array
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_pos: jax.Array,
+    k_pos: jax.Array,
+    *,
+    tile: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Causal attention of queries ``q`` against keys ``k`` and values ``v``.
 
@@ -154,18 +206,86 @@ def attention_block(
     over those keys (about ``MASKED`` where it sees none of them). Two such results over
     two sets of keys combine with ``online_softmax_combine`` into the result over both.
 
+    With ``tile`` (which must divide ``k_len``) the keys are taken ``tile`` at a time in a
+    loop, each tile's result combined into the running one: only one ``(q_len, tile)``
+    tile of scores exists at a time, where without it the whole ``(q_len, k_len)`` block
+    does.
+
     Raises:
-      ValueError: shapes that do not fit (checked before any computation).
+      ValueError: shapes that do not fit, or a bad ``tile`` (checked before any
+        computation).
     """
     _check_attention_args(q, k, v, q_pos, k_pos)
-    scores = jnp.einsum("bqhd,bkhd->bqhk", q, k) / np.sqrt(q.shape[-1]).astype(q.dtype)
-    visible = jnp.asarray(q_pos)[:, None] >= jnp.asarray(k_pos)[None, :]  # (q, k)
-    scores = jnp.where(visible[None, :, None, :], scores, MASKED)
-    top = jax.lax.stop_gradient(scores.max(axis=-1))  # (b, q, h): for a safe exp
-    weights = jnp.exp(scores - top[..., None])
-    total = weights.sum(axis=-1)  # >= 1: the top score gives exp(0)
-    out = jnp.einsum("bqhk,bkhd->bqhd", weights, v) / total[..., None]
-    return out, top + jnp.log(total)
+    tile = _check_tile(tile, k.shape[1], "attention_block")
+    if tile is None or tile == k.shape[1]:
+        return _one_block(q, k, v, q_pos, k_pos)
+    ks, vs, ps = _tiles(k, v, k_pos, tile)
+
+    def step(i: Any, carry: tuple) -> tuple:
+        return online_softmax_combine(*carry, *_one_block(q, ks[i], vs[i], q_pos, ps[i]))
+
+    return jax.lax.fori_loop(1, ks.shape[0], step, _one_block(q, ks[0], vs[0], q_pos, ps[0]))
+
+
+def _block_grads(
+    q: Any, k: Any, v: Any, out: Any, lse: Any, dout: Any, q_pos: Any, k_pos: Any
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    scale = 1 / np.sqrt(q.shape[-1]).astype(q.dtype)
+    p = jnp.exp(_scores(q, k, q_pos, k_pos) - lse[..., None])  # the softmax, recomputed
+    dv = jnp.einsum("bqhk,bqhd->bkhd", p, dout)
+    dp = jnp.einsum("bqhd,bkhd->bqhk", dout, v)
+    ds = p * (dp - (dout * out).sum(axis=-1)[..., None]) * scale  # softmax's backward
+    return jnp.einsum("bqhk,bkhd->bqhd", ds, k), jnp.einsum("bqhk,bqhd->bkhd", ds, q), dv
+
+
+def attention_block_grads(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    out: jax.Array,
+    lse: jax.Array,
+    dout: jax.Array,
+    q_pos: jax.Array,
+    k_pos: jax.Array,
+    *,
+    tile: int | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(dq, dk, dv)``: what the keys ``k``, ``v`` of one block add to attention's gradients.
+
+    ``out`` and ``lse`` are the attention output and log-sum-exp of each query over **all**
+    the keys it attends to (not only this block's), ``dout`` the cotangent of ``out``.
+    The block's probabilities are recomputed, ``p = exp(scores - lse)``, and pushed
+    through the softmax's backward pass, ``ds = p · (dout·vᵀ - rowsum(dout · out))``
+    (FlashAttention's backward, Dao et al. 2022, arXiv:2205.14135, Algorithm 4). ``dq``
+    is this block's part of the queries' gradient (sum it over the blocks); ``dk`` and
+    ``dv`` are the whole gradient of this block's keys and values from these queries.
+    With ``tile`` the keys are taken ``tile`` at a time, as in ``attention_block``.
+
+    Raises:
+      ValueError: shapes that do not fit, or a bad ``tile``.
+    """
+    _check_attention_args(q, k, v, q_pos, k_pos)
+    for name, a, want in (
+        ("out", out, q.shape),
+        ("dout", dout, q.shape),
+        ("lse", lse, q.shape[:3]),
+    ):
+        if tuple(getattr(a, "shape", ())) != tuple(want):
+            raise ValueError(
+                f"attention_block_grads: {name} must have shape {tuple(want)}; got "
+                f"{getattr(a, 'shape', type(a).__name__)}."
+            )
+    tile = _check_tile(tile, k.shape[1], "attention_block_grads")
+    if tile is None or tile == k.shape[1]:
+        return _block_grads(q, k, v, out, lse, dout, q_pos, k_pos)
+    ks, vs, ps = _tiles(k, v, k_pos, tile)
+
+    def step(dq: jax.Array, xs: tuple) -> tuple:
+        gq, gk, gv = _block_grads(q, *xs[:2], out, lse, dout, q_pos, xs[2])
+        return dq + gq, (gk, gv)
+
+    dq, (dk, dv) = jax.lax.scan(step, jnp.zeros_like(q), (ks, vs, ps))
+    return dq, dk.swapaxes(0, 1).reshape(k.shape), dv.swapaxes(0, 1).reshape(v.shape)
 
 
 def online_softmax_combine(

@@ -39,7 +39,9 @@ __all__ = [
     "Routing",
     "dispatch_weights",
     "expert_capacity",
+    "expected_drop_rate",
     "expert_parallel_mlp",
+    "load_balance_loss",
     "route",
 ]
 
@@ -191,6 +193,70 @@ def expert_parallel_mlp(
     return jnp.einsum("bsec,ebcd->bsd", combine.astype(y.dtype), y)
 
 
+def load_balance_loss(logits: jax.Array, k: int) -> jax.Array:
+    """Switch Transformer's auxiliary loss for top-``k`` routing: ``E · Σ_e f_e · P_e``.
+
+    ``logits`` are the router's ``(..., experts)`` scores for a batch of tokens (every
+    leading axis is tokens). ``f_e`` is the share of the batch's ``tokens · k`` choices
+    that go to expert ``e`` (not differentiable: a count); ``P_e`` is the router's
+    softmax probability for ``e``, averaged over the tokens (differentiable). Fedus et
+    al. 2021 (arXiv:2101.03961, §2.2, eq. 4-6) define it for ``k = 1``; counting all
+    ``k`` choices is the usual extension. It is 1 when both are uniform and grows to
+    ``E`` as the router sends everything to one expert, so adding ``α`` times it to the
+    loss pushes the router towards balance.
+
+    Raises:
+      ValueError: ``logits`` has no expert axis, or ``k`` is not an int in
+        ``1..experts``.
+    """
+    if getattr(logits, "ndim", 0) < 1:
+        raise ValueError(
+            "load_balance_loss: logits must be a (..., experts) array; got shape "
+            f"{getattr(logits, 'shape', type(logits).__name__)}."
+        )
+    n_experts = logits.shape[-1]
+    k = _positive_int(k, "k", "load_balance_loss")
+    if k > n_experts:
+        raise ValueError(f"load_balance_loss: k={k} must be at most the {n_experts} experts.")
+    flat = logits.reshape(-1, n_experts).astype(jnp.float32)
+    _, chosen = jax.lax.top_k(jax.lax.stop_gradient(flat), k)
+    share = jax.nn.one_hot(chosen, n_experts).sum(axis=1).mean(axis=0) / k  # f_e
+    prob = jax.nn.softmax(flat, axis=-1).mean(axis=0)  # P_e
+    return n_experts * jnp.sum(share * prob)
+
+
+def expected_drop_rate(tokens: int, n_experts: int, k: int, capacity: int) -> float:
+    """The share of choices a capacity drops when routing is uniform and independent.
+
+    If each of a group's ``tokens`` picks ``k`` distinct experts uniformly at random,
+    an expert receives ``X ~ Binomial(tokens, k / n_experts)`` choices (close to
+    ``Poisson(tokens · k / n_experts)``) and drops ``max(X - capacity, 0)`` of them. The
+    result is ``E[max(X - capacity, 0)] / E[X]``: what chance alone drops, with no
+    router bias. It shrinks as the group grows at a fixed capacity factor, because
+    ``X``'s spread grows only as the square root of its mean.
+    """
+    where = "expected_drop_rate"
+    tokens = _positive_int(tokens, "tokens", where)
+    n_experts = _positive_int(n_experts, "n_experts", where)
+    k = _positive_int(k, "k", where)
+    capacity = _positive_int(capacity, "capacity", where)
+    if k > n_experts:
+        raise ValueError(f"{where}: k={k} must be at most n_experts={n_experts}.")
+    p = k / n_experts
+    x = np.arange(tokens + 1)
+    if p == 1.0:
+        pmf = (x == tokens).astype(float)
+    else:
+        log_pmf = (
+            math.lgamma(tokens + 1)
+            - np.array([math.lgamma(i + 1) + math.lgamma(tokens - i + 1) for i in x])
+            + x * math.log(p)
+            + (tokens - x) * math.log1p(-p)
+        )
+        pmf = np.exp(log_pmf)
+    return float((np.maximum(x - capacity, 0) * pmf).sum() / (tokens * p))
+
+
 @dataclass(frozen=True)
 class MoESpec:
     """A mixture-of-experts MLP's shape: ``n_experts`` experts, top-``k`` routing, and the
@@ -243,6 +309,19 @@ class MoEMLP(nn.Module):
             (e, self.d_ff, d), self.param_dtype,
         ).astype(self.dtype)  # fmt: skip
         capacity = expert_capacity(x.shape[1], e, k, self.spec.capacity_factor)
+        logits = jnp.einsum("bsd,de->bse", x, router)
+        # For a training step that asks for them (``mutable=["losses"]``), Switch's
+        # balancing loss; for a measurement (``mutable=["intermediates"]``), the share of
+        # the choices each expert got and the share of choices dropped. Neither is
+        # computed otherwise, nor at initialisation.
+        measuring = not self.is_initializing()
+        if measuring and self.is_mutable_collection("losses"):
+            self.sow("losses", "load_balance", load_balance_loss(logits, k))
+        if measuring and self.is_mutable_collection("intermediates"):
+            routing = jax.vmap(lambda lg: route(lg, k, capacity))(logits)
+            share = jax.nn.one_hot(routing.expert, e).sum(axis=(0, 1, 2)) / routing.expert.size
+            self.sow("intermediates", "expert_share", share)
+            self.sow("intermediates", "dropped", 1 - routing.kept.mean())
         # Asked one at a time: in one call Flax would not give "model" to both names.
         (expert_axis,) = nn.logical_to_mesh_axes(("expert",))
         (batch_axes,) = nn.logical_to_mesh_axes(("batch",))

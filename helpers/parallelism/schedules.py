@@ -6,7 +6,8 @@ notebook 10 runs whole training steps, forward *and* backward, by a table:
 - **A schedule is a table.** ``PipelineSchedule`` says, for every device and tick, which
   micro-batch it works on, whether it is a forward (``F``), a backward (``B``) or, when the
   backward is split, a weight gradient (``W``), and which of the device's model chunks it
-  uses. Every operation takes one tick.
+  uses. Every operation takes one tick: a table gives each device's order of work, not its
+  time.
 - **One generator.** ``simulate`` runs each device's program (its list of operations, in
   order) as early as the data allows: a forward waits for the previous stage's forward of
   the same micro-batch, a backward for the next stage's backward. ``gpipe_table``,
@@ -17,6 +18,10 @@ notebook 10 runs whole training steps, forward *and* backward, by a table:
   activations each device holds after each tick), ``interleaved_bubble`` (the formula
   ``(S-1)/(v·M+S-1)``) and ``executor_tables``: the per-tick integer arrays a
   ``shard_map`` executor reads (which slot of its stash and inboxes each tick uses).
+- **What it costs in time.** ``timeline`` keeps each device's order and gives each op a
+  duration (a backward costs about two forwards, three when it recomputes the forward):
+  either each device runs as soon as its inputs are ready, or the ticks stay whole, as in a
+  lockstep ``shard_map`` executor.
 
 Nothing here runs JAX: the tables are numpy, so they can be tested exhaustively.
 """
@@ -38,6 +43,7 @@ __all__ = [
     "WEIGHT_GRAD",
     "Op",
     "PipelineSchedule",
+    "Timeline",
     "bubble_fraction",
     "dualpipe_table",
     "executor_tables",
@@ -49,6 +55,7 @@ __all__ = [
     "one_f_one_b_table",
     "simulate",
     "stage_layout",
+    "timeline",
     "zero_bubble_table",
 ]
 
@@ -493,6 +500,129 @@ def in_flight(schedule: PipelineSchedule) -> np.ndarray:
     last = WEIGHT_GRAD if (s.phase == WEIGHT_GRAD).any() else BACKWARD
     step = np.where(s.phase == FORWARD, 1, 0) - np.where(s.phase == last, 1, 0)
     return np.cumsum(step, axis=1)
+
+
+_DEFAULT_DURATIONS = {"F": 1.0, "B": 1.0, "W": 1.0}
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A schedule in time: each cell's op starts at ``start`` and lasts ``length``.
+
+    ``start`` and ``length`` are ``(n_stages, ticks)`` float arrays (``nan`` and ``0`` at idle
+    cells), in units of ``durations`` (``{"F": 1, "B": 3}``: a backward costs three
+    forwards). ``lockstep`` says how the devices waited for each other (see ``timeline``).
+    """
+
+    schedule: PipelineSchedule
+    start: np.ndarray
+    length: np.ndarray
+    durations: dict[str, float]
+    lockstep: bool
+
+    @property
+    def total(self) -> float:
+        """The time from the first op's start to the last op's end."""
+        ends = np.where(self.length > 0, self.start + self.length, 0.0)
+        return float(ends.max())
+
+    @property
+    def bubble(self) -> float:
+        """The idle share of device-time: ``1 - busy time / (devices x total)``."""
+        total = self.total
+        return (
+            0.0 if total == 0 else 1.0 - float(self.length.sum()) / (self.length.shape[0] * total)
+        )
+
+
+def _durations(where: str, durations: Any) -> dict[str, float]:
+    if durations is None:
+        return dict(_DEFAULT_DURATIONS)
+    if not isinstance(durations, dict) or not set(durations) <= set(_PHASE):
+        raise ValueError(f"{where}: durations must be a dict with keys among 'F', 'B', 'W' "
+                         f"(op -> its duration); got {durations!r}.")  # fmt: skip
+    out = dict(_DEFAULT_DURATIONS)
+    for k, x in durations.items():
+        if (
+            isinstance(x, bool)
+            or not isinstance(x, (int, float, np.integer, np.floating))
+            or not (np.isfinite(x) and x > 0)
+        ):
+            raise ValueError(f"{where}: durations[{k!r}]={x!r} must be a positive number.")
+        out[k] = float(x)
+    return out
+
+
+def timeline(
+    schedule: PipelineSchedule, durations: dict[str, float] | None = None, *, lockstep: bool = False
+) -> Timeline:
+    """When each op of ``schedule`` runs if ops take ``durations`` rather than one tick each.
+
+    A table gives each device's order of ops; ``timeline`` keeps that order and times it:
+
+    - ``lockstep=False``: each device runs its next op as soon as it is free and the op's
+      inputs are ready (the previous stage's forward, the next stage's backward), as separate
+      programs exchanging point-to-point messages would (MPMD).
+    - ``lockstep=True``: the table's ticks stay whole, as in a ``shard_map`` executor whose
+      every tick ends with ``ppermute``s to both ring neighbours: a device starts tick
+      ``t + 1`` only when it and its two neighbours have finished tick ``t``.
+
+    Args:
+      schedule: a ``PipelineSchedule``.
+      durations: how long each kind of op takes, ``{"F": 1, "B": 2}``; a kind not given
+        takes 1 (the default: every op one tick).
+      lockstep: see above.
+
+    Raises:
+      ValueError: not a ``PipelineSchedule``, or a duration that is not a positive number.
+    """
+    s = _schedule("timeline", schedule)
+    dur = _durations("timeline", durations)
+    length = np.zeros(s.phase.shape)
+    for key, ph in _PHASE.items():
+        length[s.phase == ph] = dur[key]
+    start = _lockstep_starts(length) if lockstep else _free_starts(s, length)
+    start = np.where(s.phase == IDLE, np.nan, start)
+    return Timeline(schedule=s, start=start, length=length, durations=dur, lockstep=lockstep)
+
+
+def _lockstep_starts(length: np.ndarray) -> np.ndarray:
+    """Tick ``t`` of device ``d`` starts when ``d`` and its ring neighbours ended tick ``t-1``."""
+    S, T = length.shape
+    start = np.zeros((S, T))
+    ready = np.zeros(S)
+    for t in range(T):
+        start[:, t] = ready
+        ends = ready + length[:, t]
+        ready = np.maximum(ends, np.maximum(np.roll(ends, 1), np.roll(ends, -1)))
+    return start
+
+
+def _free_starts(s: PipelineSchedule, length: np.ndarray) -> np.ndarray:
+    """Each device's ops in the table's order, each as early as the device and its inputs allow."""
+    position = {(d, c, m): p for m, r in enumerate(s.route) for p, (d, c) in enumerate(r)}
+    end: dict[tuple[int, int, int, int], float] = {}
+    free = np.zeros(s.n_stages)
+    start = np.zeros(length.shape)
+    for t in range(s.ticks):  # an op's inputs ran at earlier ticks of the table
+        for d in range(s.n_stages):
+            ph = int(s.phase[d, t])
+            if ph == IDLE:
+                continue
+            m, c = int(s.micro[d, t]), int(s.chunk[d, t])
+            p, r = position[(d, c, m)], s.route[m]
+            needs = []
+            if ph == FORWARD and p > 0:
+                needs.append((FORWARD, *r[p - 1], m))
+            elif ph == BACKWARD:
+                needs.append((FORWARD, d, c, m))
+                if p < len(r) - 1:
+                    needs.append((BACKWARD, *r[p + 1], m))
+            elif ph == WEIGHT_GRAD:
+                needs.append((BACKWARD, d, c, m))
+            start[d, t] = max([free[d], *(end[k] for k in needs)])
+            free[d] = end[(ph, d, c, m)] = start[d, t] + length[d, t]
+    return start
 
 
 def _slots(intervals: list[tuple[int, int, Any]]) -> tuple[dict[Any, int], int]:

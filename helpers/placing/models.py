@@ -84,8 +84,26 @@ class MLPBlock(nn.Module):
         return x + y
 
 
+class _ScannedMLPBlock(MLPBlock):
+    """One ``MLPBlock`` in the ``(carry, x) -> (carry, y)`` form that ``nn.scan`` runs
+    (the same fields; the block itself is its one submodule, ``block``)."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array, _: None) -> tuple[jax.Array, None]:
+        x = MLPBlock(self.d_model, self.d_ff, self.dtype, self.param_dtype, name="block")(x)
+        return nn.with_logical_constraint(x, ("batch", "seq", "embed")), None
+
+
 class MLPStack(nn.Module):
-    """``n_layers`` MLP blocks on inputs of shape (batch, seq, d_model), then a class head."""
+    """``n_layers`` MLP blocks on inputs of shape (batch, seq, d_model), then a class head.
+
+    The blocks are ``block_0``, ``block_1``, ... (a Python loop, unrolled in the compiled
+    program). ``remat=True`` wraps every block in ``nn.remat`` (``jax.checkpoint``): the
+    backward pass recomputes the block's activations from its input. ``scan_layers=True``
+    makes them one ``nn.scan`` over the layers instead, as ``TransformerLM`` does: the
+    parameters are stacked under ``blocks/block/...`` with a leading dimension of size
+    ``n_layers`` (logical name ``layers``), and the compiled program holds one loop body.
+    """
 
     d_model: int = 128
     d_ff: int = 512
@@ -93,16 +111,29 @@ class MLPStack(nn.Module):
     n_classes: int = 16
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
+    remat: bool = False
+    scan_layers: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x.astype(self.dtype)
         x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
-        for i in range(self.n_layers):
-            x = MLPBlock(self.d_model, self.d_ff, self.dtype, self.param_dtype, name=f"block_{i}")(
-                x
+        sizes = (self.d_model, self.d_ff, self.dtype, self.param_dtype)
+        if self.scan_layers:
+            body = nn.remat(_ScannedMLPBlock) if self.remat else _ScannedMLPBlock
+            scanned = nn.scan(
+                body,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
+                length=self.n_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
+            x, _ = scanned(*sizes, name="blocks")(x, None)
+        else:
+            block = nn.remat(MLPBlock) if self.remat else MLPBlock
+            for i in range(self.n_layers):
+                x = block(*sizes, name=f"block_{i}")(x)
+                x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
         x = _layer_norm(self.dtype, self.param_dtype, name="final_norm")(x)
         logits = nn.Dense(
             self.n_classes,
@@ -126,9 +157,19 @@ class ModelConfig:
     batch: int = 32
     seq: int = 8
     dtype: Any = jnp.float32
+    remat: bool = False
+    scan_layers: bool = False
 
     def model(self) -> MLPStack:
-        return MLPStack(self.d_model, self.d_ff, self.n_layers, self.n_classes, dtype=self.dtype)
+        return MLPStack(
+            self.d_model,
+            self.d_ff,
+            self.n_layers,
+            self.n_classes,
+            dtype=self.dtype,
+            remat=self.remat,
+            scan_layers=self.scan_layers,
+        )
 
     def param_count(self) -> int:
         """Parameters of the model, by formula (checked against init in the tests)."""

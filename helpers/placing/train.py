@@ -187,7 +187,7 @@ def _check_names(name: str, shape: tuple[int, ...], names: tuple[Any, ...]) -> N
             f"param_shardings: '{name}' has shape {shape} ({len(shape)} dimensions), but "
             f"nn.with_logical_partitioning gives it {len(names)} logical names, {names}: "
             "give one name per dimension of the array the initialiser draws (a 3-D "
-            "nn.DenseGeneral kernel: see google/flax#3676 and notebook 08, section 6.3)."
+            "nn.DenseGeneral kernel: see google/flax#3676 and notebook 08, going deeper F)."
         )
     if twice:
         raise ValueError(
@@ -280,7 +280,7 @@ def _explain_flax_error(err: ValueError) -> None:
         f"array it draws has {rank} dimensions, so the sharding constraint Flax applies under "
         "the mesh does not fit it. The usual cause: nn.DenseGeneral draws its kernel flat "
         "(2-D) and reshapes it afterwards, so nn.with_logical_partitioning with one name per "
-        "final dimension meets the flat array (google/flax#3676; notebook 08, section 6.3). "
+        "final dimension meets the flat array (google/flax#3676; notebook 08, going deeper F). "
         "Draw the kernel in its final shape inside the initialiser (as helpers.placing.models does), "
         "or give the initialiser one name per dimension of the array it draws."
     ) from None
