@@ -430,6 +430,7 @@ _LAZY_MODULES = {
     "helpers.planning.calculator": (
         "calculator_plan",
         "draw_plans",
+        "draw_published_runs",
         "plan_calculator",
     ),
 }
@@ -789,6 +790,7 @@ __all__ = [
     # planning/calculator
     "calculator_plan",
     "draw_plans",
+    "draw_published_runs",
     "plan_calculator",
     # compat.py
     "AxisType",

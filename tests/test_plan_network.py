@@ -110,5 +110,9 @@ def test_the_default_cross_node_model_is_nccls_flat_ring() -> None:
 def test_a_tpu_pod_is_one_tier() -> None:
     p = plan_model("llama3-8b", "tpu-v5p", dp=256, zero=3)
     assert p.crossing_axes == []
+    # a group whose size does not divide the pod's 8,960 chips crosses nothing either
+    # (the scaling book's LLaMA-3-70B layout: 1024-way data x 2-way sequence x 4-way TP)
+    book = plan_model("llama3-70b", "tpu-v5p", dp=1024, cp=2, tp=4, zero=3, global_batch=1024)
+    assert book.crossing_axes == [] and not any("cross" in n for n in book.notes)
     v5e = dataclasses.replace(HARDWARE["tpu-v5e"])
     assert v5e.node_bw is None and math.isclose(v5e.link_bw, 9e10)

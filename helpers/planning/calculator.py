@@ -1,7 +1,9 @@
 """The planner as a picture and as an interactive calculator (notebook 13).
 
 ``draw_plans`` draws the bytes per device of one or more plans as stacked bars against
-the accelerator's HBM, each with a thin line for the margin that "fits" keeps room for. ``PlanCalculator`` is an ipywidgets box: dropdowns for the model,
+the accelerator's HBM, each with a thin line for the margin that "fits" keeps room for.
+``draw_published_runs`` sets the planner against published runs: each run's MFU bound and
+expected MFU against the MFU it achieved, numbered, with a key. ``PlanCalculator`` is an ipywidgets box: dropdowns for the model,
 the hardware, the degrees, ZeRO, the micro-batch, the sequence length and remat, a figure
 that is redrawn as a control moves, and one line for the step-time estimate (or for why a
 setting cannot run). Its plain-text form is the same plan as a table, so where no widget
@@ -11,11 +13,14 @@ front end runs (the rendered site, ``pytest``) the notebook shows the table.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.transforms import Bbox
 
 from helpers.planning.plan import HARDWARE, NAMED_MODELS, Plan, PlanError, format_plan, plan_model
 
@@ -26,6 +31,7 @@ PART_COLORS = {"params": "#4C72B0", "grads": "#DD8452", "optimizer": "#55A868",
 
 def _label(p: Plan) -> str:
     deg = " ".join(f"{a}{d}" for a, d in p.degrees.items() if d > 1) or "1 device"
+    deg += f" v{p.options['virtual_stages']}" if p.options.get("virtual_stages", 1) > 1 else ""
     label = f"{deg}, ZeRO-{p.zero}, micro-batch {p.micro_batch}"
     return label + (f", remat {p.remat}" if p.remat != "none" else "")
 
@@ -61,6 +67,137 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
     fig.suptitle(title or f"{plans[0].model} on {plans[0].hardware}", fontsize=11)
     fig.legend(loc="outside lower center", fontsize=9, ncols=4, frameon=False)
     return fig
+
+
+_HW_COLORS = {"a100-80gb": "#4C72B0", "h100": "#DD8452"}
+# Where a run's number may go, in points from its bound's marker: beside, above, below,
+# then diagonally and farther out; the first place that overlaps nothing is taken.
+_LABEL_OFFSETS = [(dx, dy) for r in (1, 2, 3) for dx, dy in
+                  ((7, 0), (-7, 0), (0, 8), (0, -8), (7, 7), (-7, 7), (7, -7), (-7, -7))
+                  for dx, dy in [(dx * r, dy * r)]]  # fmt: skip
+
+
+def _short_name(row: dict[str, Any]) -> str:
+    """The run's name without its trailing "(source)", and the planner's verdict if not
+    "fits"."""
+    name = re.sub(r" \([^()]*\)$", "", str(row["name"]))
+    if row["outcome"] != "trained":
+        return f"{name} (planner: {row['memory_verdict']})"
+    return name + (
+        f" (planner: {row['memory_verdict']})" if row["memory_verdict"] != "fits" else ""
+    )
+
+
+def _place_labels(fig: Figure, ax: Axes, points: list[tuple[str, float, float]],
+                  obstacles: list[Bbox], others: Sequence[tuple[float, float]] = ()) -> list[Any]:  # fmt: skip
+    """Put each label next to its point where it overlaps no other label or marker, stays
+    inside the axes, and is nearer its own point than any other point or any of ``others``
+    (markers that carry no label); returns the texts."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    inside = ax.get_window_extent(renderer)
+    pixels = [
+        tuple(ax.transData.transform(xy)) for xy in [(x, y) for _, x, y in points] + list(others)
+    ]
+    placed: list[Any] = []
+    for k, (label, x, y) in enumerate(points):
+        text = None
+        for dx, dy in _LABEL_OFFSETS:
+            text = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points",
+                               fontsize=9, ha="left" if dx > 0 else "right" if dx < 0 else "center",
+                               va="bottom" if dy > 0 else "top" if dy < 0 else "center")  # fmt: skip
+            box = text.get_window_extent(renderer).padded(3)
+            cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+            dist = [(px - cx) ** 2 + (py - cy) ** 2 for px, py in pixels]
+            clear = not any(box.overlaps(o) for o in obstacles) and min(dist) == dist[k]
+            if clear and inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1):
+                break
+            text.remove()
+            text = None
+        if text is None:  # nowhere free: the last place, with a line to its point
+            dx, dy = _LABEL_OFFSETS[-1]
+            text = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points",
+                               fontsize=9, arrowprops={"arrowstyle": "-", "lw": 0.6})  # fmt: skip
+        obstacles.append(text.get_window_extent(renderer))
+        placed.append(text)
+    return placed
+
+
+def draw_published_runs(rows: Sequence[dict[str, Any]], band: float = 1.6) -> Figure:
+    """The planner against published runs: for each run that trained, its MFU bound (filled)
+    and its expected MFU fitted without it (hollow) against the MFU it achieved, with the
+    lines bound = achieved and bound = ``band`` x achieved; each run numbered as in ``rows``
+    (``helpers.planning.calibration.runs_table()``), named in a key below, the runs that did
+    not fit listed there in red with the planner's verdict. Labels are 9 pt and never overlap.
+
+    Raises:
+      ValueError: ``rows`` holds no run that trained, or a row lacks a key ``runs_table``
+        gives.
+    """
+    rows = list(rows)
+    need = {"name", "outcome", "hardware", "achieved", "bound", "expected", "memory_verdict"}
+    if not rows or any(not need <= set(r) for r in rows):
+        raise ValueError(
+            f"draw_published_runs: rows must be runs_table() rows, with {sorted(need)}."
+        )
+    trained = [(i, r) for i, r in enumerate(rows, 1) if r["outcome"] == "trained" and r["achieved"]]
+    if not trained:
+        raise ValueError("draw_published_runs: no run that trained and published an MFU.")
+    line_in, plot_in = 0.17, 4.0  # inches: one line of the key, the plot
+    height = 0.45 + plot_in + 0.75 + line_in * len(rows) + 0.15
+    fig = plt.figure(figsize=(8, height))
+    ax = fig.add_axes((0.09, 1 - (0.45 + plot_in) / height, 0.88, plot_in / height))
+    _draw_runs(ax, [r for _, r in trained], band)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    pad = 3  # pixels kept clear around every marker and label
+    obstacles = [ax.get_legend().get_window_extent(renderer).padded(pad)]
+    for _, r in trained:
+        for y in (r["bound"], r["expected"]):
+            px, py = ax.transData.transform((r["achieved"], y))
+            obstacles.append(Bbox.from_extents(px - 4, py - 4, px + 4, py + 4).padded(pad))
+    hollow = [(r["achieved"], r["expected"]) for _, r in trained if r["expected"]]
+    _place_labels(fig, ax, [(str(i), r["achieved"], r["bound"]) for i, r in trained], obstacles,
+                  hollow)  # fmt: skip
+    top = 1 - (0.45 + plot_in + 0.75) / height
+    for k, r in enumerate(rows):
+        y, color = top - k * line_in / height, "#B22222" if r["outcome"] != "trained" else "black"
+        fig.text(0.045, y, str(k + 1), fontsize=9, va="top", ha="right", color=color)
+        fig.text(0.06, y, _short_name(r), fontsize=9, va="top", color=color)
+    return fig
+
+
+def _draw_runs(ax: Axes, trained: list[dict[str, Any]], band: float) -> None:
+    """The points, the two lines and the legend of ``draw_published_runs``."""
+    from matplotlib.lines import Line2D
+
+    xs = [r["achieved"] for r in trained]
+    ys = [v for r in trained for v in (r["bound"], r["expected"] or r["bound"])]
+    lo = min(min(xs), min(ys)) * 0.85
+    x_hi, y_hi = max(xs) * 1.12, max(ys) * 1.06
+    ax.plot([lo, x_hi], [lo, x_hi], color="0.3", lw=1)
+    ax.plot([lo, x_hi], [band * lo, band * x_hi], color="0.3", lw=1, ls="--")
+    for hw, color in _HW_COLORS.items():
+        mine = [r for r in trained if r["hardware"] == hw]
+        x = [r["achieved"] for r in mine]
+        expected = [r["expected"] or r["bound"] for r in mine]
+        ax.vlines(x, expected, [r["bound"] for r in mine], color=color, lw=0.8)
+        ax.scatter(x, [r["bound"] for r in mine], s=30, color=color, zorder=3)
+        ax.scatter(x, expected, s=30, facecolor="white", edgecolor=color, zorder=3)
+    ax.set(xlim=(lo, x_hi), ylim=(lo, y_hi))
+    ax.set_xlabel("MFU the run achieved (as published)", fontsize=10)
+    ax.set_ylabel("MFU the planner gives", fontsize=10)
+    ax.tick_params(labelsize=9)
+    handles = [
+        Line2D([], [], color="0.3", lw=1, label="bound = achieved"),
+        Line2D([], [], color="0.3", lw=1, ls="--", label=f"bound = {band:g} x achieved"),
+        Line2D([], [], marker="o", color="0.4", ls="", label="MFU bound"),
+        Line2D([], [], marker="o", mfc="white", color="0.4", ls="",
+               label="expected MFU (fitted without the run)"),
+        *[Line2D([], [], marker="s", color=c, ls="", label=hw.split("-")[0].upper())
+          for hw, c in _HW_COLORS.items()],
+    ]  # fmt: skip
+    ax.legend(handles=handles, loc="lower right", fontsize=9, frameon=False)
+    ax.set_title(f"The planner against {len(trained)} published training runs", fontsize=11)
 
 
 CHOICES: dict[str, tuple[Any, ...]] = {

@@ -158,8 +158,9 @@ class _Net:
         self.degrees = layout.degrees
         self.base = hardware.network()
         self.in_node = in_node_counts(self.degrees, hardware.per_node)
+        # one tier (a TPU pod's ICI): no group leaves the "node", whatever its size divides
         self.crossing = [
-            a for a in AXES if self.degrees[a] > 1 and self.degrees[a] > self.in_node[a]
+            a for a in AXES if hardware.node_bw is not None and self.degrees[a] > self.in_node[a]
         ]
 
     def group(self, axes: tuple[str, ...]) -> tuple[int, cost_model.Network]:

@@ -1,0 +1,105 @@
+"""The planner's figures (``helpers.planning.calculator``): the published-runs figure numbers
+every run as its table does, keys every run, marks the runs that did not fit, and never prints
+a label over another; the plans' bars add up to each plan's bytes."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from helpers.planning.calculator import draw_plans, draw_published_runs  # noqa: E402
+from helpers.planning.calibration import runs_table  # noqa: E402
+from helpers.planning.plan import plan_model  # noqa: E402
+
+ROWS = runs_table()
+
+
+@pytest.fixture(scope="module")
+def runs_figure():
+    fig = draw_published_runs(ROWS)
+    fig.canvas.draw()
+    yield fig
+    plt.close(fig)
+
+
+def _texts(fig):
+    ax = fig.axes[0]
+    labels = [t for t in ax.texts if t.get_text().strip()]
+    return ax, labels, [t for t in fig.texts if t.get_text().strip()]
+
+
+def test_each_run_that_trained_gets_its_row_number(runs_figure) -> None:
+    _, labels, _ = _texts(runs_figure)
+    trained = [str(i) for i, r in enumerate(ROWS, 1) if r["outcome"] == "trained"]
+    assert sorted(t.get_text() for t in labels) == sorted(trained)
+    oom = [str(i) for i, r in enumerate(ROWS, 1) if r["outcome"] != "trained"]
+    assert oom and not set(oom) & {t.get_text() for t in labels}
+
+
+def test_the_key_names_every_run_and_marks_those_that_did_not_fit_in_red(runs_figure) -> None:
+    _, _, key = _texts(runs_figure)
+    numbers = [t for t in key if t.get_text().isdigit()]
+    names = [t for t in key if not t.get_text().isdigit()]
+    assert [t.get_text() for t in numbers] == [str(i) for i in range(1, len(ROWS) + 1)]
+    assert len(names) == len(ROWS)
+    for row, name in zip(ROWS, names, strict=True):
+        assert name.get_text().startswith(row["name"].split(" (")[0][:20])
+        red = matplotlib.colors.to_hex(name.get_color()) == "#b22222"
+        assert red == (row["outcome"] != "trained"), row["key"]
+        if row["outcome"] != "trained":
+            assert "planner: out of memory" in name.get_text()
+
+
+def test_no_text_overlaps_another_and_none_is_under_9_points(runs_figure) -> None:
+    ax, labels, key = _texts(runs_figure)
+    renderer = runs_figure.canvas.get_renderer()
+    legend = ax.get_legend()
+    texts = labels + key + list(legend.get_texts())
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b), (texts[boxes.index(a)].get_text(), a, b)
+    assert min(t.get_fontsize() for t in texts) >= 9
+    inside = runs_figure.bbox
+    for box in boxes:  # nothing cut off at the figure's edges
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0
+
+
+def test_the_lines_are_bound_equals_achieved_and_the_band() -> None:
+    fig = draw_published_runs(ROWS, band=1.6)
+    ax = fig.axes[0]
+    (x1, y1), (x2, y2) = (line.get_xydata().T for line in ax.lines[:2])
+    assert list(x1) == list(y1)
+    assert list(y2) == pytest.approx([1.6 * x for x in x2])
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("rows", [[], [{"name": "x"}], [dict(ROWS[0], outcome="oom")]])
+def test_rows_that_are_not_runs_table_rows_are_refused(rows) -> None:
+    with pytest.raises(ValueError, match="draw_published_runs"):
+        draw_published_runs(rows)
+
+
+def test_draw_plans_stacks_each_plans_bytes() -> None:
+    plans = [plan_model("llama3-8b", "h100", dp=8, zero=z) for z in (1, 3)]
+    fig = draw_plans(plans)
+    ax = fig.axes[0]
+    for row, plan in enumerate(plans):
+        bars = [p for p in ax.patches if abs(p.get_y() + p.get_height() / 2 - row) < 1e-9]
+        assert sum(b.get_width() for b in bars) == pytest.approx(
+            plan.per_device_bytes["total"] / 1e9
+        )
+    plt.close(fig)
+
+
+def test_draw_plans_names_an_interleaved_pipeline() -> None:
+    plan = plan_model("llama3-70b", "h100", pp=2, tp=4, dp=8, zero=2, virtual_stages=2,
+                      grad_accum=32)  # fmt: skip
+    fig = draw_plans([plan])
+    (label,) = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert label.startswith("pp2 dp8 tp4 v2, ZeRO-2")
+    plt.close(fig)
