@@ -605,6 +605,10 @@ def test_strategy_guide_names_every_strategy_and_question():
     # textbook FSDP frees and gathers again: 3 units; keeping every layer gathered: 2
     assert "sends 3·(N−1)/N" in fsdp and "2·(N−1)/N if it keeps every gathered layer" in fsdp
     assert len(ax.texts) >= 6 + 6  # six boxes, six labelled arrows at least
+    # the state that does not fit split N ways goes to FSDP x TP alone: DP x TP fits even less
+    assert "DP × TP" not in texts.replace("FSDP × TP", "")
+    assert any("16·P / N does not" in t.get_text() and "too big to gather" in t.get_text()
+               for t in ax.texts)  # fmt: skip
     plt.close(ax.figure)
 
 

@@ -88,8 +88,8 @@ def test_live_memory_panels_stack_the_kinds_on_one_scale():
         assert [line.get_ydata()[0] for line in top.lines] == [3.0]  # XLA's temp, dashed
         assert not bottom.lines  # no temp given: no line
         texts = [t.get_text() for t in fig.legends[0].get_texts()]
-        assert texts == ["gathered parameters", "gradients", "activations", "other",
-                         "XLA's temp size"]  # fmt: skip
+        assert texts == ["gathered parameters", "gradients (incl. reductions' in/out)",
+                         "activations", "other", "XLA's temp size"]  # fmt: skip
     finally:
         plt.close(fig)
 

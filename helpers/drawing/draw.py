@@ -1472,7 +1472,7 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
         "sends 3·(N−1)/N × the parameter bytes per step: gathers\neach layer, frees it, gathers it again for the backward\n"
         "(2·(N−1)/N if it keeps every gathered layer,\nbut then the whole model sits on each device)",
         answer("#cfe0f5"))  # fmt: skip
-    box((10.2, 0.85), "FSDP × TP (or DP × TP) on a 2-D mesh\n'model' (TP) inside an NVLink node: its\n"
+    box((10.2, 0.85), "FSDP × TP on a 2-D mesh\n'model' (TP) inside an NVLink node: its\n"
         "activation all-reduces in every layer need fast links\n'data' across nodes, with fewer, fatter shards",
         answer("#f7dcc4"))  # fmt: skip
 
@@ -1480,7 +1480,8 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     arrow((5.2, 6.18), (3.1, 5.02), "yes", (3.9, 5.8))
     arrow((7.8, 6.18), (8.9, 5.02), "no", (8.65, 5.75))
     arrow((8.7, 4.28), (7.9, 3.18), "yes", (8.05, 3.8))
-    arrow((10.4, 4.28), (11.0, 1.45), "no: a whole layer is\ntoo big to gather", (11.8, 3.0))
+    arrow((10.4, 4.28), (11.0, 1.45), "no: 16·P / N does not\nfit, or a whole layer\nis too big to gather",
+          (11.85, 3.0))  # fmt: skip
     arrow((6.1, 2.42), (4.6, 1.45), "yes", (5.1, 2.05))
     arrow((8.1, 2.42), (9.4, 1.45), "no", (9.0, 2.05))
     ax.set_title("Choosing a sharding strategy from model size, device memory and interconnect",

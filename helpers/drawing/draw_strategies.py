@@ -141,6 +141,8 @@ _KIND_COLORS = {
     "activations": "tab:green",
     "other": "0.7",
 }
+#: A kind's name in the legend, where it needs more words than its key.
+_KIND_LABELS = {"gradients": "gradients (incl. reductions' in/out)"}
 
 
 def plot_live_memory(lives: Mapping[str, Any], *, title: str | None = None) -> Any:
@@ -176,10 +178,10 @@ def plot_live_memory(lives: Mapping[str, Any], *, title: str | None = None) -> A
         _live_panel(ax, name, live, size, unit)
         ax.set_ylim(0, top / size * 1.15)
     axes[-1].set_xlabel("position in the step's schedule (first instruction to last)")
-    labels = [*_KIND_COLORS, "XLA's temp size"]
+    labels = [_KIND_LABELS.get(k, k) for k in _KIND_COLORS] + ["XLA's temp size"]
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _KIND_COLORS.values()]
     handles.append(plt.Line2D([], [], color="0.2", ls="--", lw=1))
-    fig.legend(handles, labels, loc="outside lower center", ncol=5, fontsize=9.5, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=9.5, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11.5)
     return fig
