@@ -534,6 +534,25 @@ def test_draw_param_shardings_folds_a_transformer(transformer):
     assert "44 arrays in 10 panels, in model order" in note and "block_0..3 (4 layers)" in note
 
 
+def test_a_short_panel_keeps_its_mesh_axis_and_its_row_no_empty_band(transformer):
+    _, model, x, order = transformer
+    fig = draw_param_shardings(_abstract(model, x, make_mesh((1, 8), ("data", "model")), "tp"),
+                               order=order)  # fmt: skip
+    # The query kernel (64, 8, 16) is drawn 8 high: too short for "dim 1: 8 / 'model'" on
+    # one line, so the mesh axis goes on a second line instead of being dropped.
+    query = panel(fig, "param:block_0/attn/query/kernel")
+    assert query.get_ylabel() == "dim 1: 8\n/ 'model'" and query.yaxis.label.get_visible()
+    # The row of value (8 x 16), out and up (64 x 256) is as tall as its tallest drawing:
+    # the next row's titles start just below its x labels, not a square panel's height on.
+    fig.canvas.draw()
+    value, down = (
+        panel(fig, "param:block_0/attn/value/kernel"),
+        panel(fig, "param:block_0/mlp/down/kernel"),
+    )
+    gap_in = (value.get_position().y0 - down.get_position().y1) * fig.get_figheight()
+    assert gap_in < 1.5, gap_in
+
+
 def test_a_50_array_transformer_fits_a_readable_figure():
     from helpers.placing.models import TransformerConfig, synthetic_tokens
 

@@ -1092,10 +1092,19 @@ class _Geometry:
     def row_lines(self, row: _Row) -> int:
         return max((_title_lines(p) for _, p, _ in row if not p.vectors), default=3)
 
+    def grid_h(self, row: _Row) -> float:
+        """The height a row's drawings take: the tallest grid's, drawn in a square room, so
+        that a row of flat arrays leaves no empty band below them."""
+        room = ((self.panel_w - self.pad_l - self.pad_r) * 72.0, self.plot_h * 72.0)
+        sizes = [_panel_size(p, room) for _, p, _ in row if not p.vectors]
+        if not sizes or any(s is None for s in sizes):
+            return self.plot_h
+        return min(self.plot_h, max(s[1] for s in sizes if s is not None) / 72.0)
+
     def row_height(self, row: _Row) -> float:
         strips = all(not p.vectors and len(p.leaves[0].shape) <= 1 for _, p, _ in row)
         vec_rows = max((len(p.names) for _, p, _ in row if p.vectors), default=0)
-        h = self.pad_t(self.row_lines(row)) + (self.strip_h if strips else self.plot_h)
+        h = self.pad_t(self.row_lines(row)) + (self.strip_h if strips else self.grid_h(row))
         h += self.pad_b
         h = max(h, 0.9 + 0.3 * vec_rows) if vec_rows else h
         return h + (self.header_h if any(first and g.header for g, _, first in row) else 0.0)
@@ -1380,10 +1389,16 @@ def _fit_labels(fig: Figure, fits: list[tuple[Any, ...]]) -> dict[str, bool]:
 
 
 def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
-    """A rotated axis label at most ``max_pt`` tall: smaller type, then just its dimension."""
+    """A rotated axis label at most ``max_pt`` tall: smaller type, then its mesh axes on a
+    second line, then just its dimension."""
     max_px = max_pt * renderer.points_to_pixels(1.0)
     while t.get_window_extent(renderer).height > max_px and t.get_fontsize() > _MIN_PT:
         t.set_fontsize(max(_MIN_PT, t.get_fontsize() * 0.9))
+    text = t.get_text()
+    if t.get_window_extent(renderer).height > max_px and " / " in text:
+        t.set_text(text.replace(" / ", "\n/ ", 1))  # "dim 1: 8\n/ 'model'"
+        if t.get_window_extent(renderer).height > max_px:
+            t.set_text(text)
     if t.get_window_extent(renderer).height > max_px:
         t.set_text(t.get_text().split(":")[0])  # "dim 0: 64 / 'data'" -> "dim 0"
     if t.get_window_extent(renderer).height > max_px:
