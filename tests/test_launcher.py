@@ -137,6 +137,15 @@ def test_load_results_splits_the_state_and_its_parameters(tmp_path):
     got = launcher.load_results(path)
     assert sorted(got["state"]) == ["opt_state/0/mu/w", "params/w"]
     assert list(got["params"]) == ["w"] and got["losses"].tolist() == [1.0, 0.5]
+    assert got["shard_shapes"] == {}
+
+
+def test_load_results_reads_the_shard_shapes_apart_from_the_rest(tmp_path):
+    path = tmp_path / "out.npz"
+    np.savez(path, **{"shard/w": np.array([8, 256]), "state/params/w": np.ones((64, 256))})
+    got = launcher.load_results(path)
+    assert got["shard_shapes"] == {"w": (8, 256)} and "shard/w" not in got
+    assert got["params"]["w"].shape == (64, 256)
 
 
 def test_a_dying_process_prints_its_exception_not_its_traceback(capsys):

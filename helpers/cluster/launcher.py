@@ -512,11 +512,18 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     ``losses`` and ``steps`` (the steps this run trained), ``restored_step`` (the step it
     restored from its checkpoint directory, 0 for a fresh start), the mesh's ``mesh_device_ids`` and ``mesh_process_index``, and
     ``state``: every array of the final train state, whole, by path
-    (``params/block_0/up/kernel``, ``opt_state/0/mu/...``); ``params`` is its parameters.
+    (``params/block_0/up/kernel``, ``opt_state/0/mu/...``); ``params`` is its parameters;
+    ``shard_shapes``: the shape of the block of each parameter that process 0's first device
+    held, by the same path as ``params``.
     """
     with np.load(path) as z:
         data = {k: z[k] for k in z.files}
     state = {k.removeprefix("state/"): v for k, v in data.items() if k.startswith("state/")}
-    rest = {k: v for k, v in data.items() if not k.startswith("state/")}
+    shard_shapes = {
+        k.removeprefix("shard/"): tuple(int(n) for n in v)
+        for k, v in data.items()
+        if k.startswith("shard/")
+    }
+    rest = {k: v for k, v in data.items() if not k.startswith(("state/", "shard/"))}
     params = {k.removeprefix("params/"): v for k, v in state.items() if k.startswith("params/")}
-    return {**rest, "state": state, "params": params}
+    return {**rest, "state": state, "params": params, "shard_shapes": shard_shapes}

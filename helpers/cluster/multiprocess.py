@@ -270,7 +270,7 @@ def open_checkpoints(directory: str, primary_host: int = 0) -> Any:
         print(f"process {me} commits step {_SAVING['step']}", flush=True)
 
     options = ocp.CheckpointManagerOptions(
-        cleanup_tmp_directories=True,  # the primary host removes debris of a killed save
+        cleanup_tmp_directories=True,  # at open, remove debris of a killed save (<step>.orbax-checkpoint-tmp)
         multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=primary_host),
         async_options=ocp.options.AsyncOptions(post_finalization_callback=committing),
     )
@@ -407,6 +407,11 @@ def save_results(path: str, run: dict[str, Any]) -> None:
 
     from helpers.placing.sharding import path_str
 
+    # What process 0's first device holds of each parameter, read before the gather.
+    shards = {
+        "shard/" + path_str(p): np.array(v.addressable_shards[0].data.shape, np.int64)
+        for p, v in jax.tree_util.tree_flatten_with_path(run["state"]["params"])[0]
+    }
     # A collective: every process must call it, even those that write nothing.
     full = multihost_utils.process_allgather(run["state"], tiled=True)
     if jax.process_index() != 0:
@@ -425,6 +430,7 @@ def save_results(path: str, run: dict[str, Any]) -> None:
         mesh_shape=np.array(run["mesh"].devices.shape),
         mesh_device_ids=np.array([d.id for d in mesh_devices]),
         mesh_process_index=np.array([d.process_index for d in mesh_devices]),
+        **shards,
         **flat,
     )
     print(
