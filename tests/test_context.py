@@ -210,6 +210,21 @@ def test_draw_causal_work_colours_each_block_by_its_device():
     plt.close(fig)
 
 
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_draw_causal_work_names_each_rows_device_once_at_9pt(n):
+    chunks = zigzag_chunks(n)
+    fig = draw_causal_work({"zig-zag": chunks})
+    grid = fig.axes[0]
+    (holder,) = grid.child_axes  # the right-hand axis: one device number per query chunk
+    owner = {c: d for d, cs in enumerate(chunks) for c in cs}
+    assert [t.get_text() for t in holder.get_yticklabels()] == [str(owner[i]) for i in range(2 * n)]
+    assert not grid.texts  # no number inside the blocks
+    texts = [t for ax in (*fig.axes, holder) for t in (*ax.texts, *ax.get_xticklabels(),
+             *ax.get_yticklabels(), ax.title, ax.xaxis.label, ax.yaxis.label) if t.get_text()]  # fmt: skip
+    assert texts and min(t.get_fontsize() for t in texts) >= 9
+    plt.close(fig)
+
+
 def test_draw_causal_work_refuses_mixed_device_counts():
     with pytest.raises(ValueError, match="same device count"):
         draw_causal_work({"a": zigzag_chunks(2), "b": zigzag_chunks(3)})

@@ -225,6 +225,19 @@ def test_draw_routing_colours_tokens_and_experts_by_device():
             gid = line.get_gid() or ""
             if gid.endswith("kept=0"):  # a dropped choice: black, never a device's grey
                 assert to_hex(line.get_color()) == "#000000"
+    ax = fig.axes[0]
+    boxes = {p.get_gid(): p for p in ax.patches if (p.get_gid() or "").startswith("expert:")}
+    drops = {ln.get_gid(): ln for ln in ax.lines if (ln.get_gid() or "").startswith("drop:")}
+    assert sorted(drops) == ["drop:token=0:expert=3", "drop:token=3:expert=2"]
+    for gid, cross in drops.items():  # each cross sits on its expert's box
+        e = int(gid.split("expert=")[1])
+        box = boxes[f"expert:{e}:device={e // 2}"]
+        (x,), (y,) = cross.get_xdata(), cross.get_ydata()
+        assert box.get_x() < x < box.get_x() + box.get_width()
+        assert box.get_y() < y < box.get_y() + box.get_height()
+    # tokens are numbered on their device: two per device here
+    assert [t.get_text() for t in ax.texts[:4]] == ["0", "1", "0", "1"]
+    assert min(t.get_fontsize() for t in ax.texts) >= 9
     plt.close(fig)
     with pytest.raises(ValueError, match="must divide"):
         draw_routing(r.expert, r.kept, n_experts=4, n_devices=3)

@@ -2,12 +2,14 @@
 
 ``draw_causal_work`` draws, for each way of splitting the sequence, the grid of (query
 chunk, key chunk) score blocks: a block a device must compute has that device's colour
-(``device_color``, as everywhere in the series) and its number; a block that lies wholly
-in the future is pale grey (wholly masked: a kernel that skips such blocks never computes
-it). Under each grid, the blocks per device as bars.
+(``device_color``, as everywhere in the series); a block that lies wholly in the future is
+pale grey (wholly masked: a kernel that skips such blocks never computes it). The device of
+each row (a query chunk, held by one device) is written at the row's right end, once per row
+rather than in every block, so that it stays at 9 pt however many chunks there are. Under
+each grid, the blocks per device as bars.
 
-It takes ``axes`` or makes a figure, returns what it drew on, and never calls
-``plt.show()``. Cells carry ``gid`` strings for tests:
+It makes a figure (or draws on ``fig``), returns it, and never calls ``plt.show()``. Cells
+carry ``gid`` strings for tests:
 ``"block:layout=<name>:query=<i>:key=<j>:device=<d>"`` (``device=-1`` for a skipped block).
 """
 
@@ -20,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from helpers.drawing.draw import _axes_size_pt, _new_figure, _text_color, device_color
+from helpers.drawing.draw import _new_figure, device_color
 from helpers.parallelism.context import _check_layout, causal_block_work
 
 __all__ = ["draw_causal_work"]
@@ -57,8 +59,6 @@ def draw_causal_work(
         ax.set_xlim(0, n_chunks)
         ax.set_ylim(n_chunks, 0)
         ax.set_aspect("equal")
-        w_pt, _ = _axes_size_pt(ax)
-        size = float(np.clip(0.55 * w_pt / n_chunks, 4.5, 10.0))
         for i in range(n_chunks):
             for j in range(n_chunks):
                 d = owner[i] if j <= i else -1
@@ -66,9 +66,6 @@ def draw_causal_work(
                 ax.add_patch(Rectangle((j, i), 1, 1, facecolor=face, edgecolor="white",
                                        linewidth=0.6,
                                        gid=f"block:layout={name}:query={i}:key={j}:device={d}"))  # fmt: skip
-                if d >= 0:
-                    ax.text(j + 0.5, i + 0.5, str(d), ha="center", va="center", fontsize=size,
-                            color=_text_color(face), fontweight="bold")  # fmt: skip
         step = max(1, int(np.ceil(n_chunks / 8)))
         ticks = list(range(0, n_chunks, step))
         ax.set_xticks([t + 0.5 for t in ticks], [str(t) for t in ticks], fontsize=9)
@@ -76,9 +73,14 @@ def draw_causal_work(
         ax.set_xlabel("key chunk", fontsize=9)
         ax.set_ylabel("query chunk", fontsize=9)
         ax.tick_params(length=0)
-        for spine in ax.spines.values():
+        holder = ax.secondary_yaxis("right")  # each row's device, once per row
+        rows = range(0, n_chunks, max(1, int(np.ceil(n_chunks / 16))))
+        holder.set_yticks([i + 0.5 for i in rows], [str(owner[i]) for i in rows], fontsize=9)
+        holder.set_ylabel("device holding the query chunk", fontsize=9)
+        holder.tick_params(length=0)
+        for spine in (*ax.spines.values(), *holder.spines.values()):
             spine.set_visible(False)
-        ax.set_title(f"{name}\n(number: the device that holds its queries;\npale, no number: wholly masked)",
+        ax.set_title(f"{name}\n(colour: the device that holds the queries;\npale: wholly masked)",
                      fontsize=9.5)  # fmt: skip
         work = causal_block_work(layout)
         bars = fig.add_subplot(grid[1, col])

@@ -1,18 +1,20 @@
 """Figures of a mixture of experts: where each token goes, and how full each expert is.
 
 ``draw_routing`` draws, for one small batch, every token on the left (in its device's
-colour, ``device_color``), every expert on the right (in the colour of the device that
-holds it), and a line from each token to each expert it chose: solid, in the token's device
-colour, when the expert took it; dotted black with a cross at the expert's end when the
-expert was full and dropped it (black, because grey is device 7's colour). Beside it, the
+colour, ``device_color``, numbered from 0 on each device), every expert on the right (in the
+colour of the device that holds it), and a line from each token to each expert it chose:
+solid, in the token's device colour, when the expert took it; dotted black with a cross on
+the expert's box when the expert was full and dropped it (black, because grey is device 7's
+colour). Beside it, the
 load per expert, of the drawn tokens or of one whole routing group (``group=``): the
 choices each expert took, in its device's colour, above them, hatched, the ones it dropped,
 and, with ``capacity=``, a line at the capacity.
 
 It makes a figure (or draws on ``fig``), returns it, and never calls ``plt.show()``.
 Artists carry ``gid`` strings for tests: ``"route:token=<t>:expert=<e>:kept=<0|1>"``,
-``"token:<t>:device=<d>"``, ``"expert:<e>:device=<d>"``, ``"load:expert=<e>:took=<n>"``,
-``"load:expert=<e>:dropped=<n>"`` and ``"capacity:<c>"``.
+``"drop:token=<t>:expert=<e>"`` (a cross), ``"token:<t>:device=<d>"``,
+``"expert:<e>:device=<d>"``, ``"load:expert=<e>:took=<n>"``,
+``"load:expert=<e>:dropped=<n>"`` and ``"capacity:<c>"`` (``t`` counts all the tokens drawn).
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ def draw_routing(
     n_devices: int,
     group: tuple[Any, Any] | None = None,
     capacity: int | None = None,
+    token_label: str = "token\n(numbered on\nits device)",
     fig: Figure | None = None,
 ) -> Figure:
     """Token -> expert -> device for one small batch, and the load per expert.
@@ -112,7 +115,8 @@ def draw_routing(
     device order (device ``d`` holds the ``d``-th ``tokens / n_devices`` of them); device
     ``j`` holds experts ``j·E/n ... (j+1)·E/n - 1``. The bars count the drawn tokens'
     choices, or, with ``group=(expert, kept)``, those of one whole routing group (whose
-    capacity, given as ``capacity``, is drawn as a line).
+    capacity, given as ``capacity``, is drawn as a line). Each token's box holds its number
+    among its device's tokens; ``token_label`` heads their column (say what they are).
     """
     ex, kp = _ints(expert, "expert"), _ints(kept, "kept").astype(bool)
     tokens = _check_routing(ex, kp, n_experts, n_devices)
@@ -141,9 +145,9 @@ def draw_routing(
             ax.plot([0.62, 2.38], [ty[t], ey[e]], color=device_color(int(tok_dev[t])) if ok else "black",
                     lw=1.1 if ok else 1.4, ls="-" if ok else (0, (1, 1.5)), alpha=0.85 if ok else 1,
                     gid=f"route:token={t}:expert={e}:kept={int(ok)}", zorder=1 if ok else 1.5)  # fmt: skip
-            if not ok:  # a cross where the full expert turned it away
-                ax.plot(2.3, ty[t] + (ey[e] - ty[t]) * (1.68 / 1.76), marker="x", color="black",
-                        ms=6, mew=1.6, zorder=1.6)  # fmt: skip
+            if not ok:  # a cross on the box of the full expert that turned it away
+                ax.plot(2.49, ey[e], marker="X", ms=8, mfc="black", mec="white", mew=0.8,
+                        zorder=4, gid=f"drop:token={t}:expert={e}")  # fmt: skip
     box_t = min(0.8, 0.8 * rows / tokens)
     box_e = min(0.8, 0.8 * rows / n_experts)
     size = float(np.clip(11 * min(box_t, box_e) + 1, 5.5, 9.0))
@@ -151,7 +155,7 @@ def draw_routing(
         face = device_color(int(tok_dev[t]))
         ax.add_patch(Rectangle((0.0, ty[t] - box_t / 2), 0.6, box_t, facecolor=face,
                                edgecolor="white", gid=f"token:{t}:device={tok_dev[t]}", zorder=2))  # fmt: skip
-        ax.text(0.3, ty[t], str(t), ha="center", va="center", fontsize=size,
+        ax.text(0.3, ty[t], str(t % (tokens // n_devices)), ha="center", va="center", fontsize=size,
                 color=_text_color(face), zorder=3)  # fmt: skip
     for e in range(n_experts):
         face = device_color(int(exp_dev[e]))
@@ -161,7 +165,7 @@ def draw_routing(
                 color=_text_color(face), zorder=3)  # fmt: skip
     ax.set_xlim(-0.05, 3.05)
     ax.set_ylim(rows, 0)
-    ax.set_xticks([0.3, 2.7], ["token", "expert"], fontsize=9)
+    ax.set_xticks([0.3, 2.7], [token_label, "expert"], fontsize=9, va="top")
     ax.set_yticks([])
     for spine in ax.spines.values():
         spine.set_visible(False)
