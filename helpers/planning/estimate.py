@@ -79,11 +79,11 @@ from helpers.planning.models import ModelSpec
 
 #: XLA's temporaries over the planner's gradients + activations in notebook 13's compiles of
 #: the series' Transformer under DP and ZeRO-1 (the stages where both hold every gradient)
-#: ranged from 1.22 to 1.50 at 8 CPU devices (the ZeRO-2/3 rows run higher because XLA:CPU
-#: computes every gradient before reduce-scattering it; LLaMA-3-8B's shapes under ZeRO-3
-#: give about 1.45 once those full gradients are counted). The planner's count is a lower
-#: bound: "fits" asks for room for the upper end of that range, and a plan that fits only
-#: without it is "tight".
+#: ranged from 1.22 to 1.51 at 8 CPU devices (the ZeRO-2/3 rows run higher because XLA:CPU
+#: computes every gradient before reduce-scattering it). The planner's count is a lower
+#: bound: "fits" asks for room for the top of that range, rounded to 1.5; a plan that fits
+#: only without it is "tight": measure it (5 of the 20 published runs that trained are
+#: tight, ``helpers.planning.runs``).
 ACTIVATION_MARGIN = 1.5
 
 #: What can overlap on each axis, as the step time assumes (see the module docstring).
