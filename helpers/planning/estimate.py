@@ -2,11 +2,12 @@
 long a step takes, every collective priced by ``helpers.measuring.cost_model``.
 
 **Placement.** The mesh axes nest ``pp`` (outermost), ``dp``, ``ep``, ``cp``, ``tp`` (innermost;
-``helpers.planning.layout``). A node holds the innermost axes first; the first axis whose
-group no longer fits in a node *crosses*, and so does every axis outside it. A group with
-``g`` members in each node it spans gets ``g`` of the node's GPUs' NICs
-(``cost_model.group_network``); inside a node it runs on NVLink. The plan names the axes
-that cross.
+``helpers.planning.layout``), and a launcher fills nodes with consecutive ranks
+(``node_counts``): a group sits on the nodes its members' ranks fall in, so a group of up
+to ``per_node`` consecutive ranks stays in one node unless it straddles a boundary. An axis
+*crosses* when one of its groups spans nodes. A spanning group runs on the NICs of its
+members on its least-filled node (``cost_model.group_network``: one NIC per member);
+inside a node it runs on NVLink. The plan names the axes that cross.
 
 **Time, per axis.** A micro-batch's forward and backward pass on the busiest pipeline stage
 cost their matmuls at the chip's measured matmul rate (MAMF, ``helpers.planning.hardware``),
