@@ -69,6 +69,23 @@ def test_no_text_overlaps_another_and_none_is_under_9_points(runs_figure) -> Non
         assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0
 
 
+def test_a_label_away_from_its_point_has_a_line_to_it(runs_figure) -> None:
+    ax, labels, _ = _texts(runs_figure)
+    renderer = runs_figure.canvas.get_renderer()
+    far = 0
+    for t in labels:
+        px, py = ax.transData.transform(t.xy)
+        box = matplotlib.text.Text.get_window_extent(t, renderer)  # the text alone
+        gap = max(box.x0 - px, px - box.x1, box.y0 - py, py - box.y1, 0.0)
+        if gap > 14:  # farther than the first ring of places (8 points, about 11 pixels)
+            far += 1
+            assert t.arrow_patch is not None, t.get_text()
+    assert far  # the default runs crowd some labels out of the first ring
+    title = ax.get_title()
+    assert f"{len(ROWS)} published runs" in title
+    assert f"the {sum(r['outcome'] == 'trained' for r in ROWS)} that trained" in title
+
+
 def test_the_lines_are_bound_equals_achieved_and_the_band() -> None:
     fig = draw_published_runs(ROWS, band=1.6)
     ax = fig.axes[0]
@@ -93,6 +110,17 @@ def test_draw_plans_stacks_each_plans_bytes() -> None:
         assert sum(b.get_width() for b in bars) == pytest.approx(
             plan.per_device_bytes["total"] / 1e9
         )
+    plt.close(fig)
+
+
+def test_draw_plans_shows_in_its_legend_only_the_kinds_it_draws() -> None:
+    plans = [plan_model("llama3-8b", "h100", dp=8, zero=z) for z in (1, 2)]  # none gathers
+    fig = draw_plans(plans)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "gathered" not in legend and {"params", "grads", "optimizer"} <= set(legend)
+    plt.close(fig)
+    fig = draw_plans([plan_model("llama3-8b", "h100", dp=8, zero=3)])
+    assert "gathered" in [t.get_text() for t in fig.legends[0].get_texts()]
     plt.close(fig)
 
 

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from helpers.measuring import cost_model as cm
-from helpers.planning.estimate import in_node_counts
+from helpers.planning.estimate import in_node_counts, node_counts
 from helpers.planning.hardware import HARDWARE, Hardware, hardware_with
 from helpers.planning.models import spec_of_series_model
 from helpers.planning.plan import plan_model
@@ -60,6 +60,43 @@ def test_the_inner_axes_sit_inside_a_node_and_the_planner_names_the_one_that_cro
     q = plan_model("llama3-70b", tp=8, dp=4, zero=3, grad_accum=8)
     assert q.crossing_axes == ["dp"]
     assert plan_model("llama3-8b", tp=8).crossing_axes == []
+
+
+def test_groups_sit_where_a_launcher_puts_their_ranks() -> None:
+    """Ranks fill nodes in order: a group of consecutive ranks fits in a node unless it
+    straddles one; otherwise each node holds as many members as its ranks."""
+    one = {"pp": 1, "dp": 6, "ep": 1, "cp": 1, "tp": 1}
+    assert node_counts(one, ("dp",), 8) == {(6,)} and in_node_counts(one, 8)["dp"] == 6
+    two = {"pp": 2, "dp": 6, "ep": 1, "cp": 1, "tp": 1}  # ranks 0-5 and 6-11
+    assert node_counts(two, ("dp",), 8) == {(6,), (4, 2)} and in_node_counts(two, 8)["dp"] == 2
+    odd = {"pp": 1, "dp": 63, "ep": 1, "cp": 1, "tp": 1}  # 7 full nodes and one of 7
+    assert node_counts(odd, ("dp",), 8) == {(8,) * 7 + (7,)}
+    strided = {"pp": 2, "dp": 8, "ep": 1, "cp": 1, "tp": 4}  # dp's stride is tp's 4
+    assert node_counts(strided, ("dp",), 8) == {(2, 2, 2, 2)}
+    assert node_counts(strided, ("dp", "tp"), 8) == {(8, 8, 8, 8)}
+
+
+def test_six_gpus_of_one_node_do_not_cross_nodes() -> None:
+    """A data-parallel group of 6 inside one 8-GPU node runs on NVLink: its MFU bound lies
+    between dp 4's and dp 8's, and no note says it crosses."""
+    mfu = {d: plan_model("llama3-8b", dp=d, zero=3) for d in (4, 6, 8)}
+    assert mfu[6].crossing_axes == [] and not any("cross" in n for n in mfu[6].notes)
+    assert mfu[4].mfu < mfu[6].mfu < mfu[8].mfu
+    assert mfu[6].exposed_seconds_per_step.get("dp", 0.0) == 0.0
+
+
+def test_63_gpus_are_priced_as_8_nodes_not_63() -> None:
+    """dp 63 fills 7 nodes and 7 GPUs of an eighth: its ring runs on the 7 NICs of the
+    least-filled node, about as fast as dp 64's, not on one NIC per rank."""
+    no_latency = dataclasses.replace(HARDWARE["h100"], latency=(0.0, 0.0, 0.0))
+    p63 = plan_model("llama3-8b", no_latency, dp=63, zero=0)
+    nics = 2 * p63.n_params * 2 * 62 / 63 / (400e9 * 7 / 8)  # the all-reduce on 7 NICs
+    assert p63.comm_seconds_per_step["dp"] == pytest.approx(nics, rel=0.01)
+    p64 = plan_model("llama3-8b", no_latency, dp=64, zero=0)
+    assert p63.comm_seconds_per_step["dp"] < 1.2 * p64.comm_seconds_per_step["dp"]
+    a = plan_model("llama3-70b", gpus=63, dp=63, zero=3, remat="full", global_batch=315)
+    b = plan_model("llama3-70b", gpus=64, dp=64, zero=3, remat="full", global_batch=320)
+    assert a.mfu == pytest.approx(b.mfu, rel=0.05)
 
 
 def test_a_crossing_axis_runs_at_node_egress_not_one_nic() -> None:

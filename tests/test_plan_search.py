@@ -64,3 +64,16 @@ def test_the_margin_moves_the_ranking_to_layouts_with_room_to_spare(ranking) -> 
 def test_a_search_that_nothing_fits_says_so() -> None:
     with pytest.raises(PlanError, match="no layout"):
         search_layouts(NAMED_MODELS["llama3-405b"], HARDWARE["h100"], 8)
+
+
+def test_the_table_says_what_it_leaves_out_and_explains_only_what_it_shows(ranking) -> None:
+    result, _ = ranking
+    text = format_search(result)
+    lines = text.splitlines()
+    assert "'tight': measure it) is left out" in lines[0] and "--margin 1" in lines[0]
+    assert "GB/dev, no margin" in lines[1]
+    uses_3k = any(p.options["keep_gathered"] for p in result.plans)
+    assert ("ZeRO '3k'" in text) == uses_3k
+    assert not uses_3k  # the default 70B ranking keeps no gathered weights: no legend line
+    total = result.plans[0].per_device_bytes["total"] / 1e9
+    assert f"{total:.1f}" in lines[2]  # the column is the count, without the margin

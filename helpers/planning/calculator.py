@@ -48,9 +48,10 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
             "draw_plans: plans must be a non-empty sequence of helpers.planning.plan.Plan."
         )
     fig, ax = plt.subplots(figsize=(8, 0.55 * len(plans) + 2.0), layout="constrained")
+    drawn = [part for part in PARTS if any(p.per_device_bytes[part] > 0 for p in plans)]
     for row, p in enumerate(plans):
         left = 0.0
-        for part in PARTS:
+        for part in drawn:  # a kind no plan holds gets no bar and no legend entry
             gb = p.per_device_bytes[part] / 1e9
             ax.barh(row, gb, left=left, color=PART_COLORS[part], label=part if row == 0 else None)
             left += gb
@@ -110,6 +111,11 @@ def _place_labels(fig: Figure, ax: Axes, points: list[tuple[str, float, float]],
             dist = [(px - cx) ** 2 + (py - cy) ** 2 for px, py in pixels]
             clear = not any(box.overlaps(o) for o in obstacles) and min(dist) == dist[k]
             if clear and inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1):
+                if max(abs(dx), abs(dy)) > 8:  # beyond the first ring: a line to its point
+                    text.remove()
+                    text = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points",
+                                       fontsize=9, ha=text.get_ha(), va=text.get_va(),
+                                       arrowprops={"arrowstyle": "-", "lw": 0.6, "shrinkB": 4})  # fmt: skip
                 break
             text.remove()
             text = None
@@ -147,6 +153,10 @@ def draw_published_runs(rows: Sequence[dict[str, Any]], band: float = 1.6) -> Fi
     fig = plt.figure(figsize=(8, height))
     ax = fig.add_axes((0.09, 1 - (0.45 + plot_in) / height, 0.88, plot_in / height))
     _draw_runs(ax, [r for _, r in trained], band)
+    ax.set_title(
+        f"The planner against {len(rows)} published runs: the {len(trained)} that trained",
+        fontsize=11,
+    )
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     pad = 3  # pixels kept clear around every marker and label
@@ -197,7 +207,6 @@ def _draw_runs(ax: Axes, trained: list[dict[str, Any]], band: float) -> None:
           for hw, c in _HW_COLORS.items()],
     ]  # fmt: skip
     ax.legend(handles=handles, loc="lower right", fontsize=9, frameon=False)
-    ax.set_title(f"The planner against {len(trained)} published training runs", fontsize=11)
 
 
 CHOICES: dict[str, tuple[Any, ...]] = {

@@ -2,11 +2,12 @@
 long a step takes, every collective priced by ``helpers.measuring.cost_model``.
 
 **Placement.** The mesh axes nest ``pp`` (outermost), ``dp``, ``ep``, ``cp``, ``tp`` (innermost;
-``helpers.planning.layout``). A node holds the innermost axes first; the first axis whose
-group no longer fits in a node *crosses*, and so does every axis outside it. A group with
-``g`` members in each node it spans gets ``g`` of the node's GPUs' NICs
-(``cost_model.group_network``); inside a node it runs on NVLink. The plan names the axes
-that cross.
+``helpers.planning.layout``), and a launcher fills nodes with consecutive ranks
+(``node_counts``): a group sits on the nodes its members' ranks fall in, so a group of up
+to ``per_node`` consecutive ranks stays in one node unless it straddles a boundary. An axis
+*crosses* when one of its groups spans nodes. A spanning group runs on the NICs of its
+members on its least-filled node (``cost_model.group_network``: one NIC per member);
+inside a node it runs on NVLink. The plan names the axes that cross.
 
 **Time, per axis.** A micro-batch's forward and backward pass on the busiest pipeline stage
 cost their matmuls at the chip's measured matmul rate (MAMF, ``helpers.planning.hardware``),
@@ -64,6 +65,9 @@ stage's f32 logits (``4 s b h (1 + V/h)`` with the final norm's input, as
 
 from __future__ import annotations
 
+import collections
+import functools
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
@@ -76,11 +80,11 @@ from helpers.planning.models import ModelSpec
 
 #: XLA's temporaries over the planner's gradients + activations in notebook 13's compiles of
 #: the series' Transformer under DP and ZeRO-1 (the stages where both hold every gradient)
-#: ranged from 1.22 to 1.50 at 8 CPU devices (the ZeRO-2/3 rows run higher because XLA:CPU
-#: computes every gradient before reduce-scattering it; LLaMA-3-8B's shapes under ZeRO-3
-#: give about 1.45 once those full gradients are counted). The planner's count is a lower
-#: bound: "fits" asks for room for the upper end of that range, and a plan that fits only
-#: without it is "tight".
+#: ranged from 1.22 to 1.51 at 8 CPU devices (the ZeRO-2/3 rows run higher because XLA:CPU
+#: computes every gradient before reduce-scattering it). The planner's count is a lower
+#: bound: "fits" asks for room for the top of that range, rounded to 1.5; a plan that fits
+#: only without it is "tight": measure it (5 of the 20 published runs that trained are
+#: tight, ``helpers.planning.runs``).
 ACTIVATION_MARGIN = 1.5
 
 #: What can overlap on each axis, as the step time assumes (see the module docstring).
@@ -140,15 +144,46 @@ class Plan:
 # ---------------------------------------------------------------------------
 
 
+def node_counts(degrees: dict[str, int], axes: tuple[str, ...], per_node: int) -> set[tuple]:
+    """How a launcher places the groups spanning ``axes``: for each group, how many of its
+    members sit on each node it touches (largest first; one tuple per distinct pattern).
+
+    Ranks fill nodes in order, ``per_node`` to a node, and the mesh axes nest ``pp``
+    (outermost) to ``tp`` (innermost): the device at coordinates ``c`` has rank
+    ``sum(c[a] x stride[a])``, ``stride[a]`` the product of the degrees inside ``a``, and sits
+    on node ``rank // per_node``. A group of at most ``per_node`` consecutive ranks thus
+    fits in one node unless it straddles a boundary; a group's pattern depends only on
+    where its first rank falls in its node.
+    """
+    return set(_node_counts(tuple(degrees[a] for a in AXES), tuple(axes), per_node))
+
+
+@functools.lru_cache(maxsize=4096)
+def _node_counts(degrees: tuple[int, ...], axes: tuple[str, ...], per_node: int) -> frozenset:
+    deg = dict(zip(AXES, degrees, strict=True))
+    stride, inner = {}, 1
+    for a in reversed(AXES):
+        stride[a], inner = inner, inner * deg[a]
+    members = [
+        sum(c * stride[a] for c, a in zip(cs, axes, strict=True))
+        for cs in itertools.product(*(range(deg[a]) for a in axes))
+    ]
+    others = [a for a in AXES if a not in axes]
+    seen, patterns = set(), set()
+    for cs in itertools.product(*(range(deg[a]) for a in others)):
+        first = sum(c * stride[a] for c, a in zip(cs, others, strict=True))
+        if first % per_node in seen:
+            continue
+        seen.add(first % per_node)
+        nodes = collections.Counter((first + r) // per_node for r in members)
+        patterns.add(tuple(sorted(nodes.values(), reverse=True)))
+    return frozenset(patterns)
+
+
 def in_node_counts(degrees: dict[str, int], per_node: int) -> dict[str, int]:
-    """For each axis, how many of its coordinates one node holds (innermost axes first)."""
-    counts, inner = {}, 1
-    for axis in reversed(AXES):
-        d = degrees[axis]
-        room = per_node // inner if inner < per_node else 1
-        counts[axis] = math.gcd(d, max(room, 1))
-        inner *= d
-    return counts
+    """For each axis, the fewest members of one of its groups that share a node: the
+    axis's degree when every group fits in one node (``node_counts``)."""
+    return {a: min(c[-1] for c in node_counts(degrees, (a,), per_node)) for a in AXES}
 
 
 class _Net:
@@ -157,6 +192,7 @@ class _Net:
     def __init__(self, layout: Layout, hardware: Hardware) -> None:
         self.degrees = layout.degrees
         self.base = hardware.network()
+        self.per_node = hardware.per_node
         self.in_node = in_node_counts(self.degrees, hardware.per_node)
         # one tier (a TPU pod's ICI): no group leaves the "node", whatever its size divides
         self.crossing = [
@@ -164,10 +200,23 @@ class _Net:
         ]
 
     def group(self, axes: tuple[str, ...]) -> tuple[int, cost_model.Network]:
-        """``(devices, network)`` of one group spanning ``axes``."""
+        """``(devices, network)`` of one group spanning ``axes``: inside one node, NVLink;
+        across nodes, the NICs of its members on its least-filled node (the ring's
+        bottleneck; ``cost_model.group_network``)."""
         n = math.prod(self.degrees[a] for a in axes)
-        g = math.prod(self.in_node[a] for a in axes)
-        return n, cost_model.group_network(self.base, g)
+        if self.base.node_bw is None or n == 1:
+            return n, cost_model.group_network(self.base, max(n, 1))
+        spread = [c for c in node_counts(self.degrees, axes, self.per_node) if len(c) > 1]
+        if not spread:
+            return n, cost_model.group_network(self.base, n)
+        fewest = min(c[-1] for c in spread)
+        if all(len(set(c)) == 1 for c in spread) and n % fewest == 0:
+            return n, cost_model.group_network(self.base, fewest)
+        # uneven: the NICs of the least-filled node; NVLink and NCCL's hop count as if the
+        # group filled whole nodes of ``g`` (the largest divisor of n up to that count)
+        g = max(d for d in range(1, fewest + 1) if n % d == 0)
+        share = self.base.node_bw * fewest / self.per_node
+        return n, self.base._replace(node_bw=share, gpus_per_node=g)
 
     def ring(self, kind: str, nbytes: float, axes: tuple[str, ...], n_ops: int = 1) -> float:
         n, net = self.group(axes)
@@ -757,5 +806,6 @@ def _assemble(
 
 __all__ = [
     "ACTIVATION_MARGIN", "AXIS_OVERLAP", "LayerCost", "Plan", "estimate", "in_node_counts",
+    "node_counts",
     "layer_cost", "memory_verdict", "padded_vocab", "split_layers", "stage_params",
 ]  # fmt: skip

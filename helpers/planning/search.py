@@ -130,10 +130,16 @@ def format_search(result: SearchResult, seconds: float | None = None) -> str:
     rows = [
         f"{first.model} on {math.prod(first.degrees.values())} x {first.hardware}, "
         f"{result.global_batch} sequences of {first.seq} per step: {result.planned} settings "
-        f"planned{took} ({result.refused} refused); each layout once, at its best setting; "
-        "'fits' keeps room for the margin.",
-        f"{'layout':<26} {'ZeRO':>4} {'mb':>3} {'remat':<5} {'GB/dev':>7} {'step s':>7} "
-        f"{'MFU bound':>9} {'expected':>8}  crosses nodes",
+        f"planned{took} ({result.refused} refused); each layout once, at its best setting "
+        f"that fits with the margin (x{first.margin:g})"
+        + (
+            "; one that fits only without it ('tight': measure it) is left out, and "
+            "--margin 1 ranks it."
+            if first.margin > 1
+            else "."
+        ),
+        f"{'layout':<26} {'ZeRO':>4} {'mb':>3} {'remat':<5} {'GB/dev, no margin':>17} "
+        f"{'step s':>7} {'MFU bound':>9} {'expected':>8}  crosses nodes",
     ]
     for p in result.plans:
         deg = " ".join(f"{a}{d}" for a, d in p.degrees.items() if d > 1) or "1 device"
@@ -143,10 +149,11 @@ def format_search(result: SearchResult, seconds: float | None = None) -> str:
         expected = f"{p.mfu_expected:8.1%}" if p.mfu_expected is not None else f"{'-':>8}"
         rows.append(
             f"{deg:<26} {zero:>4} {p.micro_batch:>3} {p.remat:<5} "
-            f"{p.per_device_bytes['total'] / 1e9:7.1f} {p.step_time_s:7.2f} {p.mfu:9.1%} "
+            f"{p.per_device_bytes['total'] / 1e9:17.1f} {p.step_time_s:7.2f} {p.mfu:9.1%} "
             f"{expected}  {', '.join(p.crossing_axes) or '-'}"
         )
-    rows.append("ZeRO '3k': ZeRO-3 keeping the gathered weights from forward to backward.")
+    if any(p.options["keep_gathered"] for p in result.plans):
+        rows.append("ZeRO '3k': ZeRO-3 keeping the gathered weights from forward to backward.")
     return "\n".join(rows)
 
 
