@@ -1481,8 +1481,8 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
         11,
         "bold",
     )
-    box((7.1, 2.8), "Tokens per device  >  FLOP/s ÷ link bandwidth?\n"
-        "(≈ 2,200 on H100/H200 NVLink; ≈ 9× more over InfiniBand)", question, 10.5)  # fmt: skip
+    box((7.1, 2.8), "Tokens per device  >  FLOP/s ÷ link bandwidth?\n(bf16 on the wire: "
+        "≈ 2,200 on H100 NVLink;\n≈ 2,500 across DGX H100 nodes, 8 NICs each)", question, 10.5)  # fmt: skip
     box((3.4, 0.85), "FSDP (ZeRO-3) over 'data'\nshards params, grads and Adam state\n"
         "sends 3·(N−1)/N × the parameter bytes per step: gathers\neach layer, frees it, gathers it again for the backward\n"
         "(2·(N−1)/N if it keeps every gathered layer,\nbut then the whole model sits on each device)",
@@ -1495,8 +1495,9 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     arrow((5.2, 6.18), (3.1, 5.02), "yes", (3.9, 5.8))
     arrow((7.8, 6.18), (8.9, 5.02), "no", (8.65, 5.75))
     arrow((8.7, 4.28), (7.9, 3.18), "yes", (8.05, 3.8))
-    arrow((10.4, 4.28), (11.0, 1.45), "no: 16·P / N does not\nfit, or a whole layer\nis too big to gather",
-          (11.85, 3.0))  # fmt: skip
+    box((11.75, 6.45), "more devices, or\noffload the state\nto CPU memory", answer("#eeeeee"), 10)
+    arrow((10.3, 5.1), (11.4, 5.95), "no: 16·P / N alone\ndoes not fit", (10.15, 5.8))
+    arrow((10.4, 4.28), (11.0, 1.45), "no: one layer\nis too big to\ngather whole", (11.85, 3.0))
     arrow((6.1, 2.42), (4.6, 1.45), "yes", (5.1, 2.05))
     arrow((8.1, 2.42), (9.4, 1.45), "no", (9.0, 2.05))
     ax.set_title("Choosing a sharding strategy from model size, device memory and interconnect",
