@@ -94,6 +94,24 @@ class _ScannedMLPBlock(MLPBlock):
         return nn.with_logical_constraint(x, ("batch", "seq", "embed")), None
 
 
+def _scanned_blocks(
+    block: type, remat: bool, n_layers: int, sizes: tuple, x: jax.Array
+) -> jax.Array:
+    """``n_layers`` of ``block`` as one ``nn.scan`` named ``blocks`` (parameters stacked on a
+    leading ``layers`` axis), each under ``nn.remat`` if asked. Called inside a compact
+    ``__call__``, so the scan is that module's child."""
+    body = nn.remat(block) if remat else block
+    scanned = nn.scan(
+        body,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        length=n_layers,
+        metadata_params={nn.PARTITION_NAME: "layers"},
+    )
+    x, _ = scanned(*sizes, name="blocks")(x, None)
+    return x
+
+
 class MLPStack(nn.Module):
     """``n_layers`` MLP blocks on inputs of shape (batch, seq, d_model), then a class head.
 
@@ -120,15 +138,7 @@ class MLPStack(nn.Module):
         x = nn.with_logical_constraint(x, ("batch", "seq", "embed"))
         sizes = (self.d_model, self.d_ff, self.dtype, self.param_dtype)
         if self.scan_layers:
-            body = nn.remat(_ScannedMLPBlock) if self.remat else _ScannedMLPBlock
-            scanned = nn.scan(
-                body,
-                variable_axes={"params": 0},
-                split_rngs={"params": True},
-                length=self.n_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
-            )
-            x, _ = scanned(*sizes, name="blocks")(x, None)
+            x = _scanned_blocks(_ScannedMLPBlock, self.remat, self.n_layers, sizes, x)
         else:
             block = nn.remat(MLPBlock) if self.remat else MLPBlock
             for i in range(self.n_layers):
@@ -444,15 +454,7 @@ class TransformerLM(nn.Module):
         x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
         sizes = (self.n_heads, self.head_dim, self.d_ff, self.dtype, self.param_dtype, self.moe)
         if self.scan_layers:
-            body = nn.remat(_ScannedBlock) if self.remat else _ScannedBlock
-            scanned = nn.scan(
-                body,
-                variable_axes={"params": 0},
-                split_rngs={"params": True},
-                length=self.n_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
-            )
-            x, _ = scanned(*sizes, name="blocks")(x, None)
+            x = _scanned_blocks(_ScannedBlock, self.remat, self.n_layers, sizes, x)
         else:
             block = nn.remat(DecoderBlock) if self.remat else DecoderBlock
             for i in range(self.n_layers):
