@@ -380,3 +380,15 @@ def test_expert_parallelism_across_nodes_prices_the_dispatch_by_nodes_touched() 
     assert (
         best.per_device_bytes["params"] < plan_model(ds, dp=16, zero=1).per_device_bytes["params"]
     )
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    # `python -m helpers.plan ... | head`: the pipe is closed before the plan is written.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "helpers.plan", "--config", "llama3-8b", "--dp", "8"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err and "BrokenPipe" not in err, err

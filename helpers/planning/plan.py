@@ -32,8 +32,10 @@ Where each number comes from (each module's docstring has the details and source
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -537,7 +539,22 @@ def _run(args: argparse.Namespace) -> tuple[Plan | None, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit code (2 for a configuration that cannot run)."""
+    """The command line; returns the exit code (2 for a configuration that cannot run).
+
+    A reader that leaves early (``python -m helpers.plan ... | head``) ends it quietly, with
+    exit code 1 and no traceback, as Python's ``signal`` docs advise for a broken pipe.
+    """
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        try:  # the interpreter's own flush at exit would raise again: point stdout nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:

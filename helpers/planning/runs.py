@@ -510,8 +510,8 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     ),
     PublishedRun(
         key="korthikanti22-gpt3-175b-tp-only-oom",
-        name="GPT-3 175B, 64 A100, TP 8 x PP 8, no SP, no recompute: out of memory "
-        "(Korthikanti 2022)",
+        name="GPT-3 175B, 64 A100, TP 8 x PP 8, no SP, no recompute: would not fit, "
+        "its source says (Korthikanti 2022)",
         source=f"{_KORTHIKANTI}, Section 6.1: 'Without the memory savings provided by sequence "
         "parallelism and selective recompute together, none of the these models will fit into "
         "memory' (the models of Table 3)",
