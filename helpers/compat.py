@@ -169,6 +169,21 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+# The jaxlib versions whose XLA:CPU schedule notebooks 03, 04 and 08 describe: there, a layer
+# under ``nn.remat`` in an unrolled step gathers its weights twice and keeps the first copy
+# (the backward gathers run early). jaxlib 0.12.0.1's scheduler frees it (seen in the version
+# matrix); the notebooks assert the old behaviour only where this returns True.
+REMAT_KEEPS_GATHERS_JAXLIB = ("0.8.0", "0.11.0")
+
+
+def remat_keeps_gathers(version: str | None = None) -> bool:
+    """Whether this jaxlib schedules an unrolled ``nn.remat`` step as the notebooks describe
+    (both gathers of a layer alive at once), i.e. is in ``REMAT_KEEPS_GATHERS_JAXLIB``."""
+    version = jaxlib_version() if version is None else version
+    first, last = (_version_tuple(v) for v in REMAT_KEEPS_GATHERS_JAXLIB)
+    return first <= _version_tuple(version) < last
+
+
 def jaxlib_version() -> str:
     """The installed jaxlib's version string (without importing more of it)."""
     try:

@@ -197,3 +197,13 @@ def test_a_process_started_by_the_series_on_an_affected_pair_gets_the_cap():
     )
     assert out.returncode == 0, out.stderr
     assert ("--xla_cpu_max_isa=AVX2" in out.stdout) == avx512_deadlock_risk(), out.stdout
+
+
+def test_remat_keeps_gathers_on_the_jaxlibs_the_notebooks_describe():
+    """Notebooks 03, 04 and 08 assert that unrolled remat keeps both gathers only there."""
+    from helpers.compat import remat_keeps_gathers
+
+    for version in ("0.8.0", "0.9.1", "0.10.2", "0.10.9"):
+        assert remat_keeps_gathers(version), version
+    for version in ("0.7.2", "0.11.0", "0.12.0.1"):
+        assert not remat_keeps_gathers(version), version
