@@ -9,6 +9,9 @@ after ``timeout`` seconds (minutes, not ten) and fail with one line that says wh
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import subprocess
 from typing import Any
 
@@ -50,3 +53,20 @@ def run_jax_child(
             pytrace=False,
         )
     return proc
+
+
+def once_per_session(tmp_path_factory, name: str, run) -> dict:
+    """``run(directory)`` once per session, whichever worker asks first; its JSON result."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by every worker of this session
+    directory, done = root / name, root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not done.exists():
+                directory.mkdir(exist_ok=True)
+                done.write_text(json.dumps(run(directory)))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return {**json.loads(done.read_text()), "dir": directory}

@@ -15,9 +15,6 @@ launch has its own timeout, and every launched process is ended by its pid.
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
 import shutil
 import signal
 import socket
@@ -28,6 +25,7 @@ from types import SimpleNamespace
 import jax
 import numpy as np
 import pytest
+from children import once_per_session
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -161,23 +159,6 @@ def test_gloo_on_loopback_fails_clearly_when_jax_moves_its_private_api(monkeypat
 # ---------------------------------------------------------------------------
 
 
-def _once(tmp_path_factory, name: str, run) -> dict:
-    """``run(directory)`` once per session, whichever worker asks first; its JSON result."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # shared by every worker of this session
-    directory, done = root / name, root / f"{name}.json"
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not done.exists():
-                directory.mkdir(exist_ok=True)
-                done.write_text(json.dumps(run(directory)))
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return {**json.loads(done.read_text()), "dir": directory}
-
-
 def _outcome(run: launcher.LaunchResult) -> dict:
     assert still_alive(run.pids) == [], "a launched process outlived its launch"
     return {"lines": [p.lines for p in run.processes], "status": [p.status for p in run.processes],
@@ -198,7 +179,7 @@ def reference(tmp_path_factory):
             launcher.launch_single(8, args, timeout_s=JOB_TIMEOUT_S, echo=False).check()
         )
 
-    return _once(tmp_path_factory, "reference", run)
+    return once_per_session(tmp_path_factory, "reference", run)
 
 
 def _free_slurm_job_id() -> tuple[int, int]:
@@ -234,7 +215,7 @@ def trained(tmp_path_factory):
         )
         return _outcome(job.check())
 
-    return _once(tmp_path_factory, "trained", run)
+    return once_per_session(tmp_path_factory, "trained", run)
 
 
 def test_a_job_started_by_slurm_trains_what_one_process_trains(trained, reference):
@@ -308,7 +289,7 @@ def killed_mid_save(tmp_path_factory):
         )  # fmt: skip
         return _outcome(drill)
 
-    return _once(tmp_path_factory, "killed_mid_save", run)
+    return once_per_session(tmp_path_factory, "killed_mid_save", run)
 
 
 def test_a_process_killed_mid_save_stops_the_job_and_leaves_the_last_commit(killed_mid_save):

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from children import once_per_session
 
 from helpers.cluster import launcher, slurm
 from helpers.cluster.launcher import still_alive
@@ -208,23 +209,6 @@ def slurm_up():
     return why
 
 
-def _once(tmp_path_factory, name: str, run) -> dict:
-    """``run(directory)`` once per session, whichever worker asks first; its JSON result."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # shared by every worker of this session
-    directory, done = root / name, root / f"{name}.json"
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not done.exists():
-                directory.mkdir(exist_ok=True)
-                done.write_text(json.dumps(run(directory)))
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return {**json.loads(done.read_text()), "dir": directory}
-
-
 def _record(part: str, what: dict) -> None:
     """With ``SLURM_RECORD=path``, add ``what`` under ``part`` to that JSON file."""
     path = os.environ.get("SLURM_RECORD")
@@ -324,7 +308,7 @@ def reference(tmp_path_factory):
                                echo=False).check()  # fmt: skip
         return {}
 
-    result = _once(tmp_path_factory, "reference", run)
+    result = once_per_session(tmp_path_factory, "reference", run)
     ref = launcher.load_results(result["dir"] / "reference.npz")
     assert ref["steps"].tolist() == list(range(1, STEPS + 1)), "the shared reference trains 4 steps"
     return ref
@@ -343,7 +327,7 @@ def submitted(slurm_up, tmp_path_factory):
         )
         return result
 
-    return _once(tmp_path_factory, "slurm-submit", run)
+    return once_per_session(tmp_path_factory, "slurm-submit", run)
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +353,7 @@ def killed(slurm_up, tmp_path_factory):
                          "ended_after_s": round(result["ended_after_s"], 1)})  # fmt: skip
         return result
 
-    return _once(tmp_path_factory, "slurm-kill", run)
+    return once_per_session(tmp_path_factory, "slurm-kill", run)
 
 
 @pytest.fixture(scope="module")
@@ -391,7 +375,7 @@ def requeued(killed, tmp_path_factory):
                             "log": second, "took_s": round(result["took_s"], 1)})  # fmt: skip
         return result
 
-    return _once(tmp_path_factory, "slurm-requeue", run)
+    return once_per_session(tmp_path_factory, "slurm-requeue", run)
 
 
 def _step_losses(log: list[str], task: int) -> list[float]:
