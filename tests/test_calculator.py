@@ -82,7 +82,7 @@ def test_a_label_away_from_its_point_has_a_line_to_it(runs_figure) -> None:
             assert t.arrow_patch is not None, t.get_text()
     assert far  # the default runs crowd some labels out of the first ring
     title = ax.get_title()
-    assert f"{len(ROWS)} published runs" in title
+    assert f"{len(ROWS)} published configurations" in title
     assert f"the {sum(r['outcome'] == 'trained' for r in ROWS)} that trained" in title
 
 

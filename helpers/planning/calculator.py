@@ -154,7 +154,7 @@ def draw_published_runs(rows: Sequence[dict[str, Any]], band: float = 1.6) -> Fi
     ax = fig.add_axes((0.09, 1 - (0.45 + plot_in) / height, 0.88, plot_in / height))
     _draw_runs(ax, [r for _, r in trained], band)
     ax.set_title(
-        f"The planner against {len(rows)} published runs: the {len(trained)} that trained",
+        f"The planner against {len(rows)} published configurations: the {len(trained)} that trained",
         fontsize=11,
     )
     fig.canvas.draw()
@@ -194,7 +194,7 @@ def _draw_runs(ax: Axes, trained: list[dict[str, Any]], band: float) -> None:
         ax.scatter(x, [r["bound"] for r in mine], s=30, color=color, zorder=3)
         ax.scatter(x, expected, s=30, facecolor="white", edgecolor=color, zorder=3)
     ax.set(xlim=(lo, x_hi), ylim=(lo, y_hi))
-    ax.set_xlabel("MFU the run achieved (as published)", fontsize=10)
+    ax.set_xlabel("MFU the run achieved (published, or converted from its TFLOP/s)", fontsize=10)
     ax.set_ylabel("MFU the planner gives", fontsize=10)
     ax.tick_params(labelsize=9)
     handles = [
