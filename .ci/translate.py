@@ -61,9 +61,9 @@ REPO_BLOB = (
     + "/blob/main/"
 )
 NOTE = (
-    "> **中文版说明：** 正文、代码注释、练习的提示和判定（尚未作答、还不对、正确）以及预期报错的说明"
-    "已译成中文（每个 notebook 共用的第一个代码单元格除外）；其余代码与英文版完全相同，检查函数对错误答案"
-    "给出的具体诊断、运行时打印的其他输出和图中文字仍是英文。"
+    "> **中文版说明：** 正文、代码注释、练习检查打印的句子（提示、判定，以及答案错在哪里）和预期报错的"
+    "说明已译成中文（每个 notebook 共用的第一个代码单元格除外）；其余代码与英文版完全相同，运行时打印的"
+    "其他输出和图中文字仍是英文。"
     "网站上显示的是英文版运行的输出。"
 )
 # The READMEs' first lines link each other: the English line, and what the Chinese README shows.
@@ -286,8 +286,10 @@ def fence_comments(block: str) -> list[Comment]:
 # ``check(answer, verify, hint=..., right=...)`` and ``expect_error(..., why=...)`` print
 # sentences to the learner. Each string literal given to a ``hint``, ``right`` or ``why``
 # keyword (directly, or through a name assigned a literal anywhere in the notebook, such as
-# ``why = "..."``) is an entry; ``build`` writes its translation in the Chinese notebook's
-# code in place of the English literal. That literal is the only code that may differ.
+# ``why = "..."``) is an entry, and so is each string literal that a verifier given to
+# ``check`` returns (what a wrong answer prints); ``build`` writes its translation in the
+# Chinese notebook's code in place of the English literal. That literal is the only code
+# that may differ.
 
 MESSAGE_KEYWORDS = ("hint", "right", "why")
 
@@ -312,19 +314,32 @@ def _tree(source: str) -> ast.Module | None:
         return None
 
 
-def _message_values(node: ast.expr) -> list[ast.expr]:
-    """The string literals a keyword's value or an assignment can print."""
+def _message_values(node: ast.expr | None) -> list[ast.expr]:
+    """The string literals a keyword's value, an assignment or a verifier's return can print
+    (``ok or "what is wrong"``: the string operand)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return [node]
     if isinstance(node, ast.JoinedStr):
         return [node]
     if isinstance(node, ast.IfExp):
         return _message_values(node.body) + _message_values(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return [v for value in node.values for v in _message_values(value)]
     return []
 
 
+def _verifier_returns(fn: ast.FunctionDef | ast.Lambda) -> list[ast.expr]:
+    """The string literals a verifier passed to ``check`` can return: what a wrong answer
+    prints."""
+    if isinstance(fn, ast.Lambda):
+        return _message_values(fn.body)
+    return [v for node in ast.walk(fn) if isinstance(node, ast.Return)
+            for v in _message_values(node.value)]  # fmt: skip
+
+
 def message_names(sources: list[str]) -> set[str]:
-    """Names given to ``hint=``, ``right=`` or ``why=`` anywhere in these cells."""
+    """Names given to ``hint=``, ``right=`` or ``why=`` anywhere in these cells, and the
+    verifiers given to ``check`` (its second argument): their returned strings print too."""
     names = set()
     for source in sources:
         tree = _tree(source)
@@ -333,7 +348,13 @@ def message_names(sources: list[str]) -> set[str]:
                 for k in node.keywords:
                     if k.arg in MESSAGE_KEYWORDS:
                         names |= _names_in(k.value)
+                if _is_check(node) and len(node.args) >= 2:
+                    names |= _names_in(node.args[1])
     return names
+
+
+def _is_check(node: ast.Call) -> bool:
+    return isinstance(node.func, ast.Name) and node.func.id == "check"
 
 
 def _names_in(node: ast.expr) -> set[str]:
@@ -370,6 +391,10 @@ def messages(source: str, names: set[str] | frozenset[str] = frozenset()) -> lis
             for k in node.keywords:
                 if k.arg in MESSAGE_KEYWORDS:
                     nodes += _message_values(k.value)
+            if _is_check(node) and len(node.args) >= 2 and isinstance(node.args[1], ast.Lambda):
+                nodes += _verifier_returns(node.args[1])
+        elif isinstance(node, ast.FunctionDef) and node.name in names:
+            nodes += _verifier_returns(node)
         elif isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id in names for t in node.targets
         ):

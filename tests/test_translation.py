@@ -253,7 +253,7 @@ def test_a_message_is_replaced_in_the_code_and_nothing_else():
         "    pass\n"
     )
     names = T.message_names([source])
-    assert names == {"WHY_RIGHT", "why"}
+    assert names == {"WHY_RIGHT", "why", "verify"}  # verify: check's verifier (none here)
     found = [m.msgid for m in T.messages(source, names)]
     assert found == [
         "The count is fixed.",
@@ -279,6 +279,43 @@ def test_a_message_is_replaced_in_the_code_and_nothing_else():
     assert T.structure(T.Entry(found[2], message=True), "{m} 个设备") == [
         "f-string fields other than the English's {n}"
     ]
+
+
+def test_what_a_verifier_returns_is_an_entry_and_nothing_else_is():
+    """A wrong answer prints the string its verifier returns: each such literal (``return
+    "..."``, ``ok or f"..."``, either branch of ``x if c else "..."``, a lambda's) is an
+    entry; the verifier's docstring, its other strings and a nested helper's non-string
+    return are not."""
+    source = (
+        "def verify_rows(rows):\n"
+        '    """Rows of device 0, in order."""\n'
+        "    if rows is None:\n"
+        '        return "Return the rows, not None."\n'
+        "    def inner(r):\n"
+        "        return r[::2]\n"
+        '    key = "rows"\n'
+        '    return rows == [0, 1] or f"device 0 holds {rows}, not rows 0 and 1"\n'
+        "\n"
+        'check(answer, verify_rows, hint="Look at the mesh.")\n'
+        'check(n, lambda k: True if k == 3 else "three, not {k}".format(k=k))\n'
+        'check(m, lambda k: k == 2 or "two devices hold it")\n'
+    )
+    names = T.message_names([source])
+    assert "verify_rows" in names
+    found = [m.msgid for m in T.messages(source, names)]
+    assert found == [
+        "Return the rows, not None.",
+        "device 0 holds {rows}, not rows 0 and 1",
+        "Look at the mesh.",
+        "two devices hold it",
+    ]
+    zh = {found[0]: "返回这些行，而不是 None。", found[1]: "设备 0 持有 {rows}，不是第 0 和第 1 行"}
+    out = T.translate_messages(source, lambda m: zh.get(m, m), names)
+    assert T.mask_messages(out, names) == T.mask_messages(source, names)
+    namespace: dict = {"check": lambda *a, **k: None, "answer": 0, "n": 0, "m": 0}
+    exec(out, namespace)  # noqa: S102
+    assert namespace["verify_rows"](None) == zh[found[0]]
+    assert namespace["verify_rows"]([2]) == "设备 0 持有 [2]，不是第 0 和第 1 行"
 
 
 def _literal_value(node, literals):
