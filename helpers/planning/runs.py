@@ -286,7 +286,9 @@ _FOUNDRY_COMMON = (
     "These are not the released mosaicml/mpt-7b/30b architectures (those use ALiBi, no "
     "biases). MFU as the README defines it: (6 N seq + 3 x n_layers x 4 d_model seq^2) x "
     "sequences/s / (GPUs x peak), N = NumParams (embedding and position tables included), "
-    "attention not halved for causality."
+    "attention not halved for causality. The embedding is tied to the output layer, so the "
+    "planner's matmul count holds it once too; only the position table (0.1-0.2% of N) is "
+    "not in the planner's count: not adjusted."
 )
 _AUTOMODEL_COMMON = (
     "Benchmark with mock data, 'fake balanced gate' (ideal expert routing), no gradient "
