@@ -4,8 +4,9 @@ The table's last column ("not · 不用") lists the renderings the edition does 
 translation in every catalogue (``i18n/zh/*.po``, the msgstrs, fuzzy ones included: they are
 what the next translator starts from) is searched for them, outside what is not a rendering
 (code spans, link targets, URLs, HTML comments, quoted English, an English gloss in full-width
-brackets), and apart from the page's short list of exceptions, each with its reason. The
-edition's note that ``.ci/translate.py`` adds to every Chinese notebook is checked too.
+brackets, a printed message's f-string fields), and apart from the page's short list of
+exceptions, each with its reason. The edition's note that ``.ci/translate.py`` adds to every
+Chinese notebook is checked too.
 
 The check bites: a planted inconsistency in a copy of a catalogue is reported.
 """
@@ -33,6 +34,7 @@ _NOT_A_RENDERING = [
     re.compile(r"<https?://[^>]*>|https?://\S+"),  # a URL
     re.compile(rf"“[^“”{_CHINESE}]*”|\"[^\"{_CHINESE}]*\""),  # quoted English
     re.compile(rf"（[^（）{_CHINESE}]*）"),  # an English gloss: 嵌入（embedding）
+    re.compile(rf"\{{[^{{}}{_CHINESE}]*\}}"),  # a printed message's f-string field: code
 ]
 
 
@@ -162,7 +164,7 @@ def test_the_catalogues_use_one_rendering_per_term():
 def test_what_is_not_a_rendering_is_not_reported():
     text = searchable(
         "XLA 的 `gather` 算子；all-gather 与 reduce-scatter；收集（gather）；"
-        '[链接](https://x.org/gather) 和 “Open trace file”、"block_0"'
+        '[链接](https://x.org/gather) 和 “Open trace file”、"block_0"；持有 {blocks:.1f} 个块'
     )
     assert not any(p.search(text) for t in terms() for _, p in t.patterns()), text
 
