@@ -779,3 +779,17 @@ def test_layout_and_mesh_figures_print_nothing_under_9_points(transformer, mesh2
         assert sizes and min(sizes.values()) >= 9, sorted(sizes.items(), key=lambda kv: kv[1])[:3]
     # Shown at 100 dpi, the widest stays within a notebook's column: 9 pt stays 9 pt.
     assert all(fig.get_size_inches()[0] <= 10.5 for fig in figures[:2])
+
+
+def test_a_thin_panel_keeps_its_mesh_axis_when_its_label_is_shortened(mesh8):
+    """A panel too short for "dim 0: 16 / 'data'" drops the size before the mesh axis."""
+    from helpers import draw_param_shardings
+
+    def spec(shape):
+        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh8, P("data")))
+
+    fig = draw_param_shardings({"params": {"up": {"kernel": spec((16, 256))}}}, title="t")
+    fig.canvas.draw()
+    label = fig.axes[0].yaxis.label
+    assert label.get_visible() and "'data'" in label.get_text(), label.get_text()
+    assert ": 16" not in label.get_text()

@@ -1390,7 +1390,7 @@ def _fit_labels(fig: Figure, fits: list[tuple[Any, ...]]) -> dict[str, bool]:
 
 def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
     """A rotated axis label at most ``max_pt`` tall: smaller type, then its mesh axes on a
-    second line, then just its dimension."""
+    second line, then its dimension and mesh axes without the size, then just its dimension."""
     max_px = max_pt * renderer.points_to_pixels(1.0)
     while t.get_window_extent(renderer).height > max_px and t.get_fontsize() > _MIN_PT:
         t.set_fontsize(max(_MIN_PT, t.get_fontsize() * 0.9))
@@ -1399,8 +1399,14 @@ def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
         t.set_text(text.replace(" / ", "\n/ ", 1))  # "dim 1: 8\n/ 'model'"
         if t.get_window_extent(renderer).height > max_px:
             t.set_text(text)
+    if t.get_window_extent(renderer).height > max_px and ":" in text and " / " in text:
+        dim, axes = text.split(":")[0], text.split(" / ", 1)[1]
+        for short in (f"{dim} / {axes}", f"{dim}\n/ {axes}"):  # keep the mesh axis, drop the size
+            t.set_text(short)
+            if t.get_window_extent(renderer).height <= max_px:
+                break
     if t.get_window_extent(renderer).height > max_px:
-        t.set_text(t.get_text().split(":")[0])  # "dim 0: 64 / 'data'" -> "dim 0"
+        t.set_text(t.get_text().split(":")[0].split(" / ")[0].split("\n")[0])  # "dim 0"
     if t.get_window_extent(renderer).height > max_px:
         t.set_visible(False)
 
