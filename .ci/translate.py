@@ -17,7 +17,7 @@ reorder the sentences of a paragraph, as Chinese often needs (Sphinx's gettext b
 chose paragraphs for the same reasons). A code cell's comments are entries too: a run of
 whole-line comments at one indentation is one entry, a comment after code another; so are
 the comments of a fenced shell block in markdown, and a pragma's explanation in words
-(``# noqa: F821 (why)``: the pragma stays). Fenced code, blocks with no English words (a
+(``# noqa: F821 (why)``, ``# fmt: skip  # why``: the pragma stays). Fenced code, blocks with no English words (a
 badge, a formula) and bare pragmas (``# noqa``) are copied as they are. The sentences the
 code prints to the learner are entries too: each string literal given to ``hint=``,
 ``right=`` or ``why=`` (see ``messages``); ``build`` writes their translations in place of
@@ -76,6 +76,8 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _PRAGMA = re.compile(r"^\s*(noqa|type:|fmt:|pragma|pylint|ruff:|isort:)")
 # a pragma followed by an explanation in words: the pragma is kept, the explanation translated
 _PRAGMA_SAYS = re.compile(r"^(noqa: *[A-Z]+[0-9]+(?:, *[A-Z]+[0-9]+)* +)(\(.*\))$")
+# a pragma, then a comment of its own on the same line: "fmt: skip  # why"
+_PRAGMA_THEN = re.compile(r"^((?:noqa|type:|fmt:|pragma|pylint|ruff:|isort:)[^#]*#\s*)(.*\S)$")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _WORDS = re.compile(r"[A-Za-z]{2,}")
 _MARKER = re.compile(r"^\s*<!--.*-->\s*$")  # an HTML comment alone on its line
@@ -209,7 +211,7 @@ def comments(source: str) -> list[Comment]:
         text = tok.string[1:].removeprefix(" ")
         pragma = ""
         if _PRAGMA.match(text):
-            said = _PRAGMA_SAYS.match(text)  # "noqa: F821 (why)": the why is prose
+            said = _PRAGMA_SAYS.match(text) or _PRAGMA_THEN.match(text)  # the why is prose
             if not said:
                 continue
             pragma, text = said.groups()

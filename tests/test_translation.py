@@ -382,3 +382,10 @@ def test_a_pragma_keeps_its_codes_and_translates_its_reason():
     source = "x = f(0)  # noqa: F821 (meant to fail)\ny = 2  # noqa: E731\n"
     zh = T.translate_comments(source, {"(meant to fail)": "（本来就该出错）"}.get)
     assert zh == "x = f(0)  # noqa: F821 （本来就该出错）\ny = 2  # noqa: E731\n"
+
+
+def test_a_comment_after_a_pragma_on_the_same_line_is_translated():
+    source = "rows = [f(s) for s in r]  # fmt: skip  # per step: the busiest\nz = 1  # fmt: skip\n"
+    assert [c.msgid for c in T.comments(source)] == ["per step: the busiest"]
+    zh = T.translate_comments(source, {"per step: the busiest": "每一步：最忙的"}.get)
+    assert zh == "rows = [f(s) for s in r]  # fmt: skip  # 每一步：最忙的\nz = 1  # fmt: skip\n"
