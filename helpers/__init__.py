@@ -218,6 +218,7 @@ _LAZY_MODULES = {
     ),
     "helpers.placing.train": (
         "ShardedState",
+        "adam_move_bound",
         "init_opt_state",
         "init_sharded",
         "make_train_step",
@@ -484,6 +485,7 @@ __all__ = [
     "synthetic_tokens",
     # placing/train
     "ShardedState",
+    "adam_move_bound",
     "init_opt_state",
     "init_sharded",
     "make_train_step",

@@ -306,3 +306,24 @@ def test_mlp_stack_remat_and_scan_compute_the_unrolled_model(remat, scan_layers)
         }
     for a, b in zip(jax.tree.leaves(got_grad), jax.tree.leaves(want_grad), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_adam_move_bound_is_jensens_sum_and_holds_for_optax_adam():
+    import numpy as np
+    import optax
+
+    from helpers import adam_move_bound
+
+    assert adam_move_bound(1.0, 1) == pytest.approx(1.0)
+    assert adam_move_bound(1.0, 3) == pytest.approx(1 + 1.0257 + 1.0516, abs=1e-3)
+    rng = np.random.default_rng(0)
+    tx, lr, steps = optax.adam(1e-2), 1e-2, 3
+    p = jnp.zeros(1000)
+    state = tx.init(p)
+    for _ in range(steps):  # gradients of any sign and size, the worst case for the bound
+        g = jnp.asarray(rng.standard_normal(1000) * 10.0 ** rng.integers(-9, 3, 1000))
+        updates, state = tx.update(g, state, p)
+        p = optax.apply_updates(p, updates)
+    assert float(jnp.abs(p).max()) <= adam_move_bound(lr, steps) + 1e-7
+    with pytest.raises(ValueError, match="steps"):
+        adam_move_bound(1e-3, 0)

@@ -370,3 +370,21 @@ def make_train_step(
     run.jitted = jitted  # type: ignore[attr-defined]
     run.lower = lower  # type: ignore[attr-defined]
     return run
+
+
+def adam_move_bound(lr: float, steps: int, b1: float = 0.9, b2: float = 0.999) -> float:
+    """The most that ``steps`` Adam updates (optax's, from a zero state) can move one entry.
+
+    Jensen's inequality on the bias-corrected averages bounds step ``t`` by
+    ``lr * sqrt((1 - b1) (1 - b2**t) / ((1 - b1**t) (1 - b2)))``: ``lr`` at step 1, 1.03 and
+    1.05 ``lr`` at steps 2 and 3 with optax's defaults (notebook 03b derives it). The bound
+    is the sum over the steps; two runs from the same start differ by at most twice it.
+    """
+    if not lr > 0 or steps < 1 or not 0 <= b1 < 1 or not 0 <= b2 < 1:
+        raise ValueError(
+            f"adam_move_bound: lr must be > 0, steps >= 1 and 0 <= b1, b2 < 1; got lr={lr}, "
+            f"steps={steps}, b1={b1}, b2={b2}"
+        )
+    return lr * sum(
+        ((1 - b1) * (1 - b2**t) / ((1 - b1**t) * (1 - b2))) ** 0.5 for t in range(1, steps + 1)
+    )
