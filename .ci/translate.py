@@ -73,11 +73,12 @@ BINDER_TREE = "?urlpath=lab/tree/notebooks"
 # Chinese notebooks' folder, as its Binder link does.
 LAB_TREE = re.compile(r"(--LabApp\.default_url=/lab/tree/notebooks)(?=[\s`]|$)", re.M)
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_PRAGMA = re.compile(r"^\s*(noqa|type:|fmt:|pragma|pylint|ruff:|isort:)")
+_PRAGMA_WORD = r"(?:noqa|type:|fmt:|pragma|pylint|ruff:|isort:)"
+_PRAGMA = re.compile(rf"^\s*{_PRAGMA_WORD}")
 # a pragma followed by an explanation in words: the pragma is kept, the explanation translated
 _PRAGMA_SAYS = re.compile(r"^(noqa: *[A-Z]+[0-9]+(?:, *[A-Z]+[0-9]+)* +)(\(.*\))$")
 # a pragma, then a comment of its own on the same line: "fmt: skip  # why"
-_PRAGMA_THEN = re.compile(r"^((?:noqa|type:|fmt:|pragma|pylint|ruff:|isort:)[^#]*#\s*)(.*\S)$")
+_PRAGMA_THEN = re.compile(rf"^({_PRAGMA_WORD}[^#]*#\s*)(.*\S)$")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _WORDS = re.compile(r"[A-Za-z]{2,}")
 _MARKER = re.compile(r"^\s*<!--.*-->\s*$")  # an HTML comment alone on its line

@@ -1406,7 +1406,7 @@ def _fit_height(t: Any, max_pt: float, renderer: Any) -> None:
             if t.get_window_extent(renderer).height <= max_px:
                 break
     if t.get_window_extent(renderer).height > max_px:
-        t.set_text(t.get_text().split(":")[0].split(" / ")[0].split("\n")[0])  # "dim 0"
+        t.set_text(text.split(":")[0])  # "dim 0: 64 / 'data'" -> "dim 0"
     if t.get_window_extent(renderer).height > max_px:
         t.set_visible(False)
 
