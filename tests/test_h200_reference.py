@@ -1,0 +1,76 @@
+"""Tests of .ci/h200_reference.py, issue 45's prepared call on an H200.
+
+The call gets one chance on a machine lent by lot, so its plumbing is rehearsed here on
+two simulated CPU devices with the tiny presets: every step but notebook 04 (whose cells
+tests/test_notebooks.py runs) must write what it promises. Nothing here is a GPU result,
+and the files say so (``"rehearsal": true``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from children import run_jax_child
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / ".ci" / "h200_reference.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("h200_reference", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_notebook_04_as_a_script():
+    """Every code cell of 04's MyST source, options dropped, compiles; as many as the .ipynb."""
+    mod = _module()
+    cells = mod.code_cells(mod.NOTEBOOK_04.read_text(encoding="utf-8"))
+    ipynb = json.loads((ROOT / "notebooks" / "04_profile_dp_vs_fsdp.ipynb").read_text())
+    assert len(cells) == sum(c["cell_type"] == "code" for c in ipynb["cells"])
+    for i, cell in enumerate(cells, 1):
+        compile(cell, f"cell {i}", "exec")
+        assert not cell.startswith(("---", ":", "jupyter:")), cell[:80]
+
+
+def test_code_cells_options_and_magics():
+    mod = _module()
+    md = "x\n```{code-cell} ipython3\n---\ntags: [solution]\n---\n%time y = 1\nz = 2\n```\n"
+    md += "```{code-cell} ipython3\n:tags: [hide-input]\nw = 3\n```\n"
+    assert mod.code_cells(md) == ["# %time y = 1\nz = 2", "w = 3"]
+    with pytest.raises(ValueError, match="never closed"):
+        mod.code_cells("```{code-cell} ipython3\nx = 1\n")
+    with pytest.raises(ValueError, match="option block"):
+        mod.code_cells("```{code-cell} ipython3\n---\ntags: []\nx = 1\n```\n")
+
+
+def test_rehearsal_writes_everything(tmp_path):
+    """The call's steps on 2 CPU devices: each ends well, and each file holds what it says."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUM_DEVICES": "2", "MPLBACKEND": "Agg"}
+    cmd = [sys.executable, str(SCRIPT), "--rehearse", "--out", str(tmp_path),
+           "--steps", "profile", "trace", "levers", "plan"]  # fmt: skip
+    proc = run_jax_child(cmd, devices=2, timeout=240, env=env, cwd=ROOT)
+    log = (
+        (tmp_path / "log.txt").read_text(encoding="utf-8")
+        if (tmp_path / "log.txt").exists()
+        else ""
+    )
+    assert proc.returncode == 0, proc.stdout[-1500:] + log[-3000:]
+    assert "failed: none" in proc.stdout
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {"log.txt", "profile-mlp.json", "profile-transformer.json", "profile.png",
+                     "trace.png", "trace-raw.tar.gz", "levers.json", "plan-check.json"}  # fmt: skip
+    assert len(names) <= 8  # what the device tool brings back
+    for name in names - {"log.txt", "profile.png", "trace.png", "trace-raw.tar.gz"}:
+        assert json.loads((tmp_path / name).read_text())["rehearsal"] is True, name
+    levers = json.loads((tmp_path / "levers.json").read_text())["levers"]
+    assert len(levers) == 9 and not [k for k, v in levers.items() if "error" in v]
+    plan = json.loads((tmp_path / "plan-check.json").read_text())
+    assert set(plan["planner"]) == {"f32", "mixed"} and plan["measured"]["median_s"] > 0
+    assert "LHS on" in log and "LHS off" in log  # two devices: the scheduler's comparison ran
