@@ -146,6 +146,9 @@ def test_a_notebooks_memory_leaves_out_processes_started_before_it():
 
 
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+# Python 3.12 warns that fork() in a multi-threaded process may deadlock the child; this
+# child only sleeps and calls os._exit, taking no lock, so the fork is safe and deliberate.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_notebooks_memory_leaves_out_a_child_that_has_not_exec_d_yet():
     """A child between fork and exec is a copy of the pytest worker, with the worker's RSS;
     the sampler must not count it as the kernel."""
