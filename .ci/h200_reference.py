@@ -151,14 +151,18 @@ def run_profile(out: Path, rehearse: bool) -> None:
 
 def run_trace(out: Path, rehearse: bool) -> None:
     """The dp step traced, read and drawn; with 2+ GPUs FSDP with the scheduler on and off."""
+    devices = _devices(rehearse)
+    where = "rehearsal on CPU devices" if rehearse else f"measured on {devices[0].device_kind}"
+    with tempfile.TemporaryDirectory(prefix="h200_trace_") as folder:
+        _trace_into(Path(folder), out, devices, where)
+
+
+def _trace_into(tmp: Path, out: Path, devices: list[Any], where: str) -> None:
     import matplotlib.pyplot as plt
 
     from helpers import compare_strategies, plot_trace_timeline
     from helpers.measuring.trace import format_trace_table, read_trace, summarize_trace
 
-    devices = _devices(rehearse)
-    where = "rehearsal on CPU devices" if rehearse else f"measured on {devices[0].device_kind}"
-    tmp = Path(tempfile.mkdtemp(prefix="h200_trace_"))
     (dp,) = compare_strategies(("dp",), preset="auto", steps=3, warmup=2, devices=devices,
                                progress=False, trace_dir=tmp / "dp")  # fmt: skip
     with tarfile.open(out / "trace-raw.tar.gz", "w:gz") as tar:
