@@ -3,7 +3,8 @@
 The call gets one chance on a machine lent by lot, so its plumbing is rehearsed here on
 two simulated CPU devices with the tiny presets: every step but notebook 04 (whose cells
 tests/test_notebooks.py runs) must write what it promises. Nothing here is a GPU result,
-and the files say so (``"rehearsal": true``).
+and the files say so (``"rehearsal": true``). ``.ci/run`` deselects the rehearsal (about
+45 s of CPU) to keep CI under 40 minutes; run it before a device call.
 """
 
 from __future__ import annotations
