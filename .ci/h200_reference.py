@@ -145,8 +145,7 @@ def run_profile(out: Path, rehearse: bool) -> None:
         print("$", " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, cwd=ROOT, env=env, check=True)
         data = json.loads((out / f"profile-{model}.json").read_text(encoding="utf-8"))
-        data = {"rehearsal": rehearse, **data}
-        (out / f"profile-{model}.json").write_text(json.dumps(data, indent=1) + "\n")
+        _write(out, f"profile-{model}.json", data, rehearse)
 
 
 def run_trace(out: Path, rehearse: bool) -> None:
