@@ -173,6 +173,7 @@ _LAZY_MODULES = {
     "helpers.placing.devices": (
         "make_mesh",
         "mesh_shape_for",
+        "on_cpu",
         "use_simulated_devices",
     ),
     "helpers.placing.sharding": (
@@ -443,6 +444,7 @@ __all__ = [
     # placing/devices
     "make_mesh",
     "mesh_shape_for",
+    "on_cpu",
     "use_simulated_devices",
     # placing/sharding
     "LOGICAL_NAMES",

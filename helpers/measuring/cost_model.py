@@ -122,6 +122,7 @@ PEAK_BF16_FLOPS: tuple[tuple[str, str, float], ...] = (
     (r"A100", "A100", 312e12),
     (r"\bL4\b", "L4", 121e12),
     (r"\bT4\b", "T4 (FP16 peak)", 65e12),
+    (r"TPU v5 ?lite|TPU v5e", "TPU v5e", 197e12),
 )
 
 # Interconnect bandwidth per GPU and PER DIRECTION, from NVIDIA's datasheets (which quote

@@ -138,6 +138,20 @@ def _start_cpu_devices(want: int, quiet: bool) -> list[jax.Device]:
     return devices
 
 
+def on_cpu(devices: Sequence[jax.Device] | None = None) -> bool:
+    """True when ``devices`` (default: ``jax.devices()``) are CPU devices: the series'
+    simulated devices, whose programs XLA:CPU compiles. False on a GPU or a TPU.
+
+    A lesson that reads XLA:CPU's program (its temporaries, the order of its instructions,
+    the ops it forms) checks this and, on an accelerator, says so and steps aside: the
+    accelerator's compiler lays out the same step in its own way.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("on_cpu: devices is empty; pass the devices a notebook runs on.")
+    return devices[0].platform == "cpu"
+
+
 def make_mesh(
     shape: Sequence[int], names: Sequence[str], *, devices: Sequence[jax.Device] | None = None
 ) -> Mesh:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -48,8 +49,10 @@ NOTEBOOK_04 = ROOT / "notebooks" / "src" / "04_profile_dp_vs_fsdp.md"
 #: session's 15 device minutes, and ``--steps`` reruns only what failed. Call it with the
 #: device tool's ``timeout_s=450``. Notebook 04 gets the most: on one GPU it compiles the
 #: ``gpu`` preset's step six times (sections 2, 4 and exercise 1).
-LIMITS = {"nb04": 150, "profile": 90, "trace": 50, "levers": 90, "plan": 20}
+LIMITS = {"nb04": 150, "profile": 150, "trace": 60, "levers": 120, "plan": 20}
 STEPS = tuple(LIMITS)
+#: The platforms a measurement may come from.
+ACCELERATORS = ("gpu", "tpu")
 
 
 # ---------------------------------------------------------------------------
@@ -115,10 +118,10 @@ def _devices(rehearse: bool) -> list[Any]:
     from helpers import use_simulated_devices
 
     devices = use_simulated_devices(real_accelerators=False if rehearse else "auto")
-    if not rehearse and devices[0].platform != "gpu":
+    if not rehearse and devices[0].platform not in ACCELERATORS:
         raise SystemExit(
-            f"h200_reference: found {devices[0].platform} devices, no GPU; on a machine "
-            "without one, rehearse with --rehearse (nothing it writes is a GPU result)"
+            f"accelerator_reference: found {devices[0].platform} devices, no GPU or TPU; on a "
+            "machine without one, rehearse with --rehearse (nothing it writes is a measurement)"
         )
     return devices
 
@@ -132,9 +135,7 @@ def _write(out: Path, name: str, data: dict[str, Any], rehearse: bool) -> None:
 def run_profile(out: Path, rehearse: bool) -> None:
     """``python -m helpers.profile`` as a user types it, for the MLP and the Transformer."""
     preset = "tiny" if rehearse else "gpu"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    if rehearse:
-        env["NUM_DEVICES"] = "2"
+    env = child_environment(rehearse)
     for model in ("mlp", "transformer"):
         cmd = [sys.executable, "-m", "helpers.profile", "--model", model, "--preset", preset,
                "--json", str(out / f"profile-{model}.json")]  # fmt: skip
@@ -168,7 +169,7 @@ def _trace_into(tmp: Path, out: Path, devices: list[Any], where: str) -> None:
         tar.add(tmp / "dp", arcname="dp")
     print("wrote trace-raw.tar.gz", flush=True)
     traces = {"dp": read_trace(dp.trace_dir)}
-    if len(devices) >= 2:
+    if len(devices) >= 2 and devices[0].platform == "gpu":  # the flag is XLA:GPU's
         for on in (True, False):
             (r,) = compare_strategies(
                 ("fsdp",), preset="auto", steps=2, warmup=1, devices=devices, progress=False,
@@ -176,7 +177,7 @@ def _trace_into(tmp: Path, out: Path, devices: list[Any], where: str) -> None:
                 compiler_options={"xla_gpu_enable_latency_hiding_scheduler": on},
             )  # fmt: skip
             traces[f"LHS {'on' if on else 'off'}"] = read_trace(r.trace_dir)
-    else:
+    elif len(devices) < 2:
         print("one device: no collectives, so the scheduler has nothing to move (not traced)")
     print(format_trace_table({k: summarize_trace(v) for k, v in traces.items()}, where))
     fig = plot_trace_timeline(traces, where=where)
@@ -282,9 +283,11 @@ def run_plan(out: Path, rehearse: bool) -> None:
     run = measured["results"][0]
     cfg = config_from_dict(measured["config"], model="transformer")
     spec = spec_of_series_model(cfg, f"notebook 08's Transformer, preset {run['preset']}")
+    kind = measured.get("environment", {}).get("device_kind", "")
+    hardware = HARDWARE["tpu-v5e"] if "v5" in str(kind).lower() else HARDWARE["h200"]
     rows = {}
     for precision in ("f32", "mixed"):  # the profile keeps f32 weights and computes in bf16
-        p = plan_model(spec, HARDWARE["h200"], dp=1, precision=precision, seq=cfg.seq,
+        p = plan_model(spec, hardware, dp=1, precision=precision, seq=cfg.seq,
                        micro_batch=measured["batch_per_device"], flash_attention=False,
                        causal=False)  # fmt: skip
         rows[precision] = p.to_json()
@@ -299,6 +302,41 @@ def run_plan(out: Path, rehearse: bool) -> None:
 # ---------------------------------------------------------------------------
 # The parent: every step, each in a child process under its limit
 # ---------------------------------------------------------------------------
+
+def child_environment(rehearse: bool, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The children's environment: this repository first on ``PYTHONPATH``, whatever was
+    there kept after it (a TPU machine finds its jax through ``PYTHONPATH``)."""
+    env = dict(os.environ if environ is None else environ)
+    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *kept])
+    env["PYTHONUNBUFFERED"] = "1"
+    if rehearse:
+        env.setdefault("NUM_DEVICES", "2")
+    return env
+
+
+def run_limited(cmd: list[str], *, limit: float, log: Any, env: dict[str, str]) -> int | str:
+    """``cmd`` in a process group of its own; past ``limit`` seconds the whole group is killed,
+    grandchildren too (a ``python -m helpers.profile`` left running would hold the TPU, and
+    every later step would fail on libtpu's lock file). The exit code, or ``"timeout"``."""
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                            start_new_session=True)  # fmt: skip
+    try:
+        return proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    finally:
+        _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL every process of ``proc``'s group, then reap ``proc``."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
 
 RUNNERS = {"profile": run_profile, "trace": run_trace, "levers": run_levers, "plan": run_plan}
 
@@ -335,9 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         _child(args.child, args.out.resolve(), args.rehearse)
         return 0
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
-    if args.rehearse:
-        env.setdefault("NUM_DEVICES", "2")
+    env = child_environment(args.rehearse)
     failed = []
     with open(args.out / "log.txt", "w", encoding="utf-8") as log:
         _environment(log)
@@ -346,12 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             log.write(f"\n=== {step} (limit {LIMITS[step]} s) ===\n")
             log.flush()
             cmd = [sys.executable, __file__, "--child", step, "--out", str(args.out.resolve())]
-            try:
-                rc = subprocess.run(cmd + ["--rehearse"] * args.rehearse, stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                    timeout=LIMITS[step]).returncode  # fmt: skip
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
+            rc = run_limited(cmd + ["--rehearse"] * args.rehearse, limit=LIMITS[step],
+                             log=log, env=env)  # fmt: skip
             took = time.perf_counter() - t0
             log.write(f"=== {step}: {'ok' if rc == 0 else f'FAILED ({rc})'} in {took:.0f} s ===\n")
             log.flush()
