@@ -28,15 +28,40 @@ H100 = 989e12
         ("NVIDIA A100-PCIE-40GB", "A100", 312e12),
         ("NVIDIA L4", "L4", 121e12),
         ("Tesla T4", "T4 (FP16 peak)", 65e12),
+        ("NVIDIA B200", "B200", 2.25e15),
+        # what JAX names each TPU (device_kind): "TPU v5 lite" is a v5e, "TPU v5" a v5p
+        ("TPU v2", "TPU v2", 46e12),
+        ("TPU v3", "TPU v3", 123e12),
+        ("TPU v4", "TPU v4", 275e12),
+        ("TPU v5 lite", "TPU v5e", 197e12),
+        ("TPU v5", "TPU v5p", 459e12),
+        ("TPU v5p", "TPU v5p", 459e12),
+        ("TPU v6 lite", "TPU v6e", 918e12),
     ],
 )
 def test_peak_table_matches_device_kinds(kind, name, peak):
     assert cm.peak_flops(kind) == (name, peak)
 
 
-@pytest.mark.parametrize("kind", ["cpu", "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "TPU v5 lite"])
+@pytest.mark.parametrize("kind", ["cpu", "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "TPU v7x"])
 def test_unknown_devices_have_no_peak(kind):
     assert cm.peak_flops(kind) is None
+
+
+def test_every_peak_has_a_source_and_the_planner_reads_the_same_table():
+    from helpers.planning.hardware import HARDWARE
+
+    names = [p.name for p in cm.PEAKS]
+    assert len(names) == len(set(names))
+    for p in cm.PEAKS:
+        assert p.flops > 0 and len(p.source) > 20, p
+    # the accelerators learners have: Colab's, the TPUs, the big GPUs
+    for kind in ("Tesla T4", "NVIDIA L4", "NVIDIA A100-SXM4-40GB", "TPU v2", "TPU v3", "TPU v4",
+                 "TPU v5 lite", "TPU v5p", "TPU v6 lite", "NVIDIA H100 80GB HBM3", "NVIDIA H200",
+                 "NVIDIA B200"):  # fmt: skip
+        assert cm.peak_of(kind) is not None, kind
+    for hw in HARDWARE.values():  # one table: each planner entry's peak is a PEAKS figure
+        assert hw.peak_flops in {p.flops for p in cm.PEAKS}, hw.name
 
 
 def test_bandwidths_are_one_way_halves_of_the_datasheet_totals():

@@ -8,6 +8,7 @@ use_simulated_devices(8, quiet=True)
 
 import gzip  # noqa: E402
 import json  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -116,6 +117,69 @@ def test_a_gpu_trace_reads_devices_from_process_names_and_finds_what_is_exposed(
     assert s.busiest_collective == ("all-gather-start.2", pytest.approx(5e-3))
     other = tr.read_trace(tmp_path, module="jit_other")
     assert [x.name for x in other] == ["fusion.9"]
+
+
+TPU_TRACE = Path(__file__).parent / "data" / "tpu_v5e_dp_step.trace.json.gz"
+
+
+def test_a_recorded_tpu_trace_reads_like_any_other():
+    """A real trace: two DP steps of the MLP (preset gpu_small, 1 x TPU v5 lite, jax 0.10.2,
+    2026-12-06), the chip's own events kept, file paths removed. Read here on the CPU."""
+    spans = tr.read_trace(TPU_TRACE)
+    assert {s.module for s in spans} == {"jit_step"} and {s.step for s in spans} == {0, 1}
+    assert {s.device for s in spans} == {0} and {s.thread for s in spans} == {"XLA Ops"}
+    assert all(s.kind == "compute" for s in spans)  # one chip: no collective
+    s = tr.summarize_trace(spans)
+    assert (s.n_devices, s.n_steps, s.collective_ms) == (1, 2, 0.0)
+    assert 21.7 < s.compute_ms <= s.step_ms < 21.8  # the chip is busy for the whole step
+    # the FLOPs XLA:TPU counted for the step's ops: the MLP's formula says 3.30e12
+    assert s.model_flops == pytest.approx(3.3173e12, rel=1e-4)
+    assert 0.77 < s.mfu(197e12) < 0.78  # TPU v5e's dense bf16 peak
+    with pytest.raises(ValueError, match="peak_flops_per_s"):
+        s.mfu(0)
+    name, ms = tr.slowest_ops(spans, 1)[0]
+    assert name.startswith("fusion") and ms > 1
+
+
+def _tpu_trace(tmp_path):
+    """Two TPU chips as the TPU runtime lays them out: a process per chip, its ops on the
+    thread "XLA Ops" with the HLO line in long_name, the module on "XLA Modules"."""
+    meta = [{"ph": "M", "pid": p, "name": "process_name", "args": {"name": f"/device:TPU:{d}"}}
+            for p, d in ((3, 0), (4, 1))]  # fmt: skip
+    for pid in (3, 4):
+        meta += [{"ph": "M", "pid": pid, "tid": t, "name": "thread_name", "args": {"name": n}}
+                 for t, n in ((2, "XLA Modules"), (3, "XLA Ops"))]  # fmt: skip
+
+    def op(pid, name, ts, dur, line=""):
+        return {"ph": "X", "pid": pid, "tid": 3, "name": name, "ts": ts, "dur": dur,
+                "args": {"long_name": line or f"%{name} = f32[8] op()", "model_flops": "100"}}  # fmt: skip
+
+    rs = "%fusion.7 = (f32[8]) fusion(%p), kind=kCustom, calls=%all-reduce-scatter.5"
+    events = meta + [
+        {"ph": "X", "pid": p, "tid": 2, "name": "jit_step(123)", "ts": 0, "dur": 50} for p in (3, 4)
+    ] + [
+        op(3, "fusion.1", 0, 10),
+        op(3, "fusion.7", 5, 15, rs),  # XLA:TPU's reduce-scatter: 5 of 15 us hidden
+        op(4, "fusion.1", 0, 30),
+        op(4, "all-gather-start.2", 5, 15),
+        op(4, "fusion.2", 60, 5),  # after the module's window: not in jit_step
+    ]  # fmt: skip
+    return _write(tmp_path / "tpu.trace.json.gz", events)
+
+
+def test_a_tpu_trace_finds_modules_collectives_and_flops(tmp_path):
+    spans = tr.read_trace(_tpu_trace(tmp_path))
+    assert {(s.device, s.name, s.kind) for s in spans} == {
+        (0, "fusion.1", "compute"),
+        (0, "fusion.7", "collective"),
+        (1, "fusion.1", "compute"),
+        (1, "all-gather-start.2", "collective"),
+    }
+    assert tr.exposed_spans(spans) == [(0, 10.0, 20.0)]
+    s = tr.summarize_trace(spans)
+    assert s.model_flops == pytest.approx(200)  # two ops a chip, 100 FLOPs each
+    assert s.collective_ops == {"reduce-scatter": 1}
+    assert [x.name for x in tr.read_trace(tmp_path, module="")] == ["fusion.2"]
 
 
 @pytest.mark.parametrize(

@@ -106,24 +106,60 @@ def _scalar_or_array(out: Any) -> Any:
 # Hardware figures
 # ---------------------------------------------------------------------------
 
-# Dense (no 2:4 sparsity) bf16 tensor-core peak FLOP/s per device, from NVIDIA's product
-# datasheets, which list the sparse figure; dense is half of it:
-#   H100 SXM5 and H200 SXM: 1,979 TFLOPS sparse -> 989; H100 NVL and H200 NVL: 1,671 -> 835;
-#   H100 PCIe: 1,513 -> 756; A100 (SXM4 and PCIe, 40 and 80 GB): 312 dense;
-#   L4: 242 sparse -> 121; T4: 65 TFLOPS FP16 (Turing has no bf16 tensor cores, so a bf16
-#   model runs on the T4 far below this figure).
-# The first pattern that matches ``device.device_kind`` (case-insensitive) wins.
-PEAK_BF16_FLOPS: tuple[tuple[str, str, float], ...] = (
-    (r"H200.*NVL", "H200 NVL", 835e12),
-    (r"H200", "H200 SXM", 989e12),
-    (r"H100.*NVL", "H100 NVL", 835e12),
-    (r"H100.*PCIe", "H100 PCIe", 756e12),
-    (r"H100", "H100 SXM", 989e12),
-    (r"A100", "A100", 312e12),
-    (r"\bL4\b", "L4", 121e12),
-    (r"\bT4\b", "T4 (FP16 peak)", 65e12),
-    (r"TPU v5 ?lite|TPU v5e", "TPU v5e", 197e12),
+
+class Peak(NamedTuple):
+    """One accelerator's dense bf16 peak: the pattern its ``device.device_kind`` matches,
+    its name, the FLOP/s, and where the figure comes from."""
+
+    pattern: str
+    name: str
+    flops: float
+    source: str
+
+
+_NVIDIA = "NVIDIA's datasheet lists the 2:4-sparse figure; dense is half of it"
+_TPU_DOCS = "Google Cloud's TPU documentation, the chip's 'Peak compute per chip (bf16)'"
+
+#: The one table of dense (no 2:4 sparsity) bf16 peak FLOP/s per device: the MFU's
+#: denominator, for the profile (``peak_flops``) and the planner (``helpers.planning.
+#: hardware`` reads its peaks from here). The first pattern that matches
+#: ``device.device_kind`` (case-insensitive) wins, so the narrower names come first.
+PEAKS: tuple[Peak, ...] = (
+    Peak(r"H200.*NVL", "H200 NVL", 835e12, f"NVIDIA H200 NVL: 1,671 TFLOPS bf16 sparse; {_NVIDIA}"),
+    Peak(r"H200", "H200 SXM", 989e12, f"NVIDIA H200 SXM: 1,979 TFLOPS bf16 sparse; {_NVIDIA}"),
+    Peak(r"H100.*NVL", "H100 NVL", 835e12, f"NVIDIA H100 NVL: 1,671 TFLOPS bf16 sparse; {_NVIDIA}"),
+    Peak(r"H100.*PCIe", "H100 PCIe", 756e12, f"NVIDIA H100 PCIe: 1,513 TFLOPS bf16 sparse; {_NVIDIA}"),
+    Peak(r"H100", "H100 SXM", 989e12, f"NVIDIA H100 SXM5: 1,979 TFLOPS bf16 sparse; {_NVIDIA}"),
+    Peak(r"B200", "B200", 2.25e15,
+         "NVIDIA DGX B200: 72 PFLOPS FP8 training for 8 GPUs, 2.25 PFLOPS dense bf16 each "
+         "(the scaling book's GPU table, jax-ml.github.io/scaling-book/gpus)"),
+    Peak(r"A100", "A100", 312e12, "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense (SXM4 and PCIe)"),
+    Peak(r"V100", "V100 (FP16 peak)", 125e12,
+         "NVIDIA V100 SXM2 datasheet: 125 TFLOPS fp16 tensor (Volta has no bf16)"),
+    Peak(r"MI300X", "MI300X", 1307.4e12, "AMD Instinct MI300X datasheet: 1,307.4 TFLOPS bf16 dense"),
+    Peak(r"\bL4\b", "L4", 121e12, f"NVIDIA L4: 242 TFLOPS bf16 sparse; {_NVIDIA}"),
+    Peak(r"\bT4\b", "T4 (FP16 peak)", 65e12,
+         "NVIDIA T4 datasheet: 65 TFLOPS fp16 (Turing has no bf16 tensor cores, so a bf16 "
+         "model runs far below this figure)"),
+    Peak(r"TPU v2", "TPU v2", 46e12,
+         "Jouppi et al., 'A Domain-Specific Supercomputer for Training Deep Neural Networks', "
+         "CACM 2020 (dl.acm.org/doi/10.1145/3360307, which cloud.google.com/tpu/docs/v2 cites): "
+         "46 TFLOPS bf16 per chip"),
+    Peak(r"TPU v3", "TPU v3", 123e12, f"{_TPU_DOCS}, cloud.google.com/tpu/docs/v3: 123 teraflops"),
+    Peak(r"TPU v4", "TPU v4", 275e12, f"{_TPU_DOCS}, cloud.google.com/tpu/docs/v4: 275 teraflops"),
+    Peak(r"TPU v5 ?lite|TPU v5e", "TPU v5e", 197e12,
+         f"{_TPU_DOCS}, cloud.google.com/tpu/docs/v5e: 197 TFLOPs (JAX names the chip 'TPU v5 lite')"),
+    Peak(r"TPU v5p|TPU v5$", "TPU v5p", 459e12,
+         f"{_TPU_DOCS}, cloud.google.com/tpu/docs/v5p: 459 TFLOPs"),
+    Peak(r"TPU v6 ?lite|TPU v6e|Trillium", "TPU v6e", 918e12,
+         f"{_TPU_DOCS}, cloud.google.com/tpu/docs/v6e: 918 TFLOPs"),
+)  # fmt: skip
+
+#: ``(pattern, name, FLOP/s)`` of every entry of ``PEAKS``, the form older code reads.
+PEAK_BF16_FLOPS: tuple[tuple[str, str, float], ...] = tuple(
+    (p.pattern, p.name, p.flops) for p in PEAKS
 )
+
 
 # Interconnect bandwidth per GPU and PER DIRECTION, from NVIDIA's datasheets (which quote
 # the bidirectional total). These are the links' datasheet rates: what a ring collective
@@ -398,14 +434,24 @@ def optimizer_bytes(
 
 
 def peak_flops(device_kind: str) -> tuple[str, float] | None:
-    """``(name, dense bf16 FLOP/s)`` of a device from ``PEAK_BF16_FLOPS``, or None if unknown.
+    """``(name, dense bf16 FLOP/s)`` of a device from ``PEAKS``, or None if unknown.
 
     >>> peak_flops("NVIDIA H100 80GB HBM3")
     ('H100 SXM', 989000000000000.0)
     """
-    for pattern, name, flops in PEAK_BF16_FLOPS:
-        if re.search(pattern, device_kind, re.IGNORECASE):
-            return name, flops
+    found = peak_of(device_kind)
+    return None if found is None else (found.name, found.flops)
+
+
+def peak_of(device_kind: str) -> Peak | None:
+    """The ``PEAKS`` entry of a device (its name, dense bf16 FLOP/s and source), or None.
+
+    >>> peak_of("TPU v5 lite").name
+    'TPU v5e'
+    """
+    for peak in PEAKS:
+        if re.search(peak.pattern, device_kind.strip(), re.IGNORECASE):
+            return peak
     return None
 
 

@@ -9,17 +9,26 @@ a duration ``dur`` in microseconds, a process ``pid`` and thread ``tid``, and ``
 (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU). That
 format is read here with ``gzip`` and ``json`` from the standard library.
 
-Every event that XLA ran for an HLO op carries ``args["hlo_op"]`` (its name in the HLO, as
-``collective_ops`` prints it) and ``args["hlo_module"]``. Where it ran:
+Where an HLO op ran, and how the trace names it:
 
-* the CPU backend records ops on host threads and names the simulated device in
-  ``args["device_ordinal"]``;
+* the CPU backend records ops on host threads: each event carries ``args["hlo_op"]`` (its
+  name in the HLO, as ``collective_ops`` prints it), ``args["hlo_module"]``, and names the
+  simulated device in ``args["device_ordinal"]``;
 * a GPU records them in a process per device, named ``/device:GPU:<id>``, one thread per
-  CUDA stream.
+  CUDA stream, with the same ``hlo_op`` and ``hlo_module``;
+* a TPU records them in a process per chip, ``/device:TPU:<id>``, on a thread named
+  ``XLA Ops``: the event's ``name`` is the HLO op, and its ``args`` hold the whole HLO line
+  (``long_name``), a category (``hlo_category``), and the FLOPs and bytes the compiler
+  counted for the op (``model_flops``, ``bytes_accessed``). The module is the event of the
+  thread ``XLA Modules`` (``jit_step(<fingerprint>)``) that the op ran inside.
 
 An op is a *collective* if its HLO name starts with a collective's opcode (``all-gather``,
 ``all-reduce``, ``reduce-scatter``, ``collective-permute``, ``all-to-all``; an async
-``-start``/``-done`` pair too), and *compute* otherwise. Exposed communication is the time
+``-start``/``-done`` pair too), or, on a TPU, if its HLO line calls one of XLA:TPU's
+collective computations (a reduce-scatter there is a fusion that calls
+``%all-reduce-scatter``), and *compute* otherwise. XLA:TPU also fuses an all-gather into
+the matmul that reads it (``async_collective_fusion``): the trace gives such a fusion one
+duration for both, and it counts as compute here. Exposed communication is the time
 in which some collective of a device runs and none of its compute does: the part of the
 communication that no compute hides.
 
@@ -56,6 +65,7 @@ __all__ = [
     "find_trace_file",
     "format_trace_table",
     "hlo_schedule",
+    "collective_kind",
     "is_collective",
     "read_trace",
     "readers_of",
@@ -68,6 +78,9 @@ __all__ = [
 #: series' programs. An op's name is its opcode, maybe with ``.N`` or ``-start``/``-done``.
 COLLECTIVE_OPCODES = (*COLLECTIVES, "ragged-all-to-all", "collective-broadcast")
 _COLLECTIVE = re.compile(r"^(" + "|".join(map(re.escape, COLLECTIVE_OPCODES)) + r")([.-]|$)")
+_CALLS_COLLECTIVE = re.compile(
+    r"calls=%(" + "|".join(map(re.escape, (*COLLECTIVE_OPCODES, "all-reduce-scatter"))) + r")[.,\s]"
+)
 _DEVICE = re.compile(r"/device:[A-Za-z_]+:(\d+)")
 _HOW = (
     "Capture one with helpers.measuring.profile.compare_strategies(..., trace_dir=DIR) or "
@@ -75,9 +88,24 @@ _HOW = (
 )
 
 
-def is_collective(hlo_op: str) -> bool:
-    """True for an HLO op name of a collective: ``all-gather.3``, ``all-reduce-start``, ..."""
-    return bool(_COLLECTIVE.match(hlo_op))
+def is_collective(hlo_op: str, hlo_line: str = "") -> bool:
+    """True for an HLO op name of a collective: ``all-gather.3``, ``all-reduce-start``, ...;
+    or for an op whose HLO line (``hlo_line``, a TPU trace's ``long_name``) calls one of
+    XLA:TPU's collective computations, such as ``calls=%all-reduce-scatter.5``."""
+    return collective_kind(hlo_op, hlo_line) is not None
+
+
+def collective_kind(hlo_op: str, hlo_line: str = "") -> str | None:
+    """The collective an op runs (``"all-gather"``, ``"reduce-scatter"``, ...), or None.
+
+    XLA:TPU's fused reduce-scatter (a fusion that calls ``%all-reduce-scatter``) is a
+    ``"reduce-scatter"``: it reduces over the group and keeps each device's slice.
+    """
+    found = _COLLECTIVE.match(hlo_op) or _CALLS_COLLECTIVE.search(hlo_line)
+    if found is None:
+        return None
+    kind = found.group(1)
+    return "reduce-scatter" if kind == "all-reduce-scatter" else kind
 
 
 @dataclass(frozen=True)
@@ -91,7 +119,9 @@ class Span:
     dur_us: float
     module: str  # the HLO module, e.g. "jit_step"
     step: int  # which traced step (a StepTraceAnnotation window), 0 if the trace has none
-    thread: str  # the thread (CPU) or stream (GPU) it ran on
+    thread: str  # the thread (CPU), stream (GPU) or "XLA Ops" (TPU) it ran on
+    flops: float | None = None  # the FLOPs the compiler counted for the op (TPU), else None
+    collective: str | None = None  # its collective ("all-gather", "reduce-scatter", ...)
 
     @property
     def end_us(self) -> float:
@@ -147,12 +177,88 @@ def _names(events: Sequence[Mapping[str, Any]], what: str) -> dict[Any, str]:
     return out
 
 
+@dataclass(frozen=True)
+class _Op:
+    """One HLO op event, whichever backend wrote it."""
+
+    name: str
+    module: str
+    device: int
+    start_us: float
+    dur_us: float
+    thread: str
+    line: str  # the op's HLO line where the trace records it (TPU), else ""
+    flops: float | None
+
+
+def _host_ops(
+    events: Sequence[Mapping[str, Any]], processes: Mapping[Any, str], threads: Mapping[Any, str]
+) -> list[_Op]:
+    """CPU and GPU: events with ``args["hlo_op"]``; on a GPU only the devices' own timeline."""
+    ops = [
+        e
+        for e in events
+        if e.get("ph") == "X" and isinstance(e.get("args"), dict) and "hlo_op" in e["args"]
+    ]
+    on_device = [e for e in ops if _DEVICE.search(processes.get(e.get("pid"), ""))]
+    out = []
+    for e in on_device or ops:
+        args = e["args"]
+        if "device_ordinal" in args:
+            device = int(args["device_ordinal"])
+        else:
+            found = _DEVICE.search(processes.get(e.get("pid"), ""))
+            if found is None:
+                continue
+            device = int(found.group(1))
+        out.append(
+            _Op(str(args["hlo_op"]), str(args.get("hlo_module", "")), device, float(e["ts"]),
+                float(e.get("dur", 0)), threads.get((e.get("pid"), e.get("tid")), str(e.get("tid"))),
+                "", None)
+        )  # fmt: skip
+    return out
+
+
+def _tpu_ops(
+    events: Sequence[Mapping[str, Any]], processes: Mapping[Any, str], threads: Mapping[Any, str]
+) -> list[_Op]:
+    """TPU: the events of each chip's ``XLA Ops`` thread, each in the module (an event of
+    the chip's ``XLA Modules`` thread) it ran inside."""
+    chips = {pid: int(m.group(1)) for pid, name in processes.items()
+             if (m := re.search(r"/device:TPU:(\d+)", name))}  # fmt: skip
+    modules: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
+    op_events = []
+    for e in events:
+        if e.get("ph") != "X" or e.get("pid") not in chips:
+            continue
+        thread = threads.get((e.get("pid"), e.get("tid")), "")
+        if thread == "XLA Modules":
+            start = float(e["ts"])
+            name = re.sub(r"\(\d+\)$", "", str(e.get("name", "")))
+            modules[e["pid"]].append((start, start + float(e.get("dur", 0)), name))
+        elif thread == "XLA Ops":
+            op_events.append(e)
+    out = []
+    for e in op_events:
+        start, args = float(e["ts"]), e.get("args") or {}
+        module = next((n for a, b, n in modules[e["pid"]] if a <= start <= b), "")
+        flops = args.get("model_flops")
+        out.append(
+            _Op(str(e.get("name", "")), module, chips[e["pid"]], start, float(e.get("dur", 0)),
+                "XLA Ops", str(args.get("long_name", "")),
+                None if flops is None else float(flops))
+        )  # fmt: skip
+    return out
+
+
 def read_trace(path: str | os.PathLike[str], module: str | None = None) -> list[Span]:
     """Every HLO op span of ``module`` in the trace at ``path``, sorted by device and start.
 
-    ``module`` is an HLO module name (``"jit_step"``); by default the module that ran
-    longest in the trace (the training step, when the trace holds training steps). Each
-    span's ``step`` is the ``StepTraceAnnotation`` window it started in (counted from 0).
+    Reads the traces of the CPU backend, a GPU and a TPU alike (the module docstring says
+    how each names its ops). ``module`` is an HLO module name (``"jit_step"``); by default
+    the module that ran longest in the trace (the training step, when the trace holds
+    training steps). Each span's ``step`` is the ``StepTraceAnnotation`` window it started
+    in (counted from 0); on a TPU each span also carries the FLOPs the compiler counted.
 
     Raises:
       ValueError: no trace at ``path`` (see ``find_trace_file``), a file that is not a
@@ -162,23 +268,16 @@ def read_trace(path: str | os.PathLike[str], module: str | None = None) -> list[
     file = find_trace_file(path)
     events = _load(file)
     processes, threads = _names(events, "process_name"), _names(events, "thread_name")
-    ops = [
-        e
-        for e in events
-        if e.get("ph") == "X" and isinstance(e.get("args"), dict) and "hlo_op" in e["args"]
-    ]
-    on_device = [e for e in ops if _DEVICE.search(processes.get(e.get("pid"), ""))]
-    if on_device:  # a GPU or TPU: the device's own timeline, not the host's launches
-        ops = on_device
+    ops = _tpu_ops(events, processes, threads) or _host_ops(events, processes, threads)
     if not ops:
         raise ValueError(
-            f"read_trace: {str(file)!r} records no HLO op (no event with args['hlo_op']). "
-            "Trace with the host tracer at level 2 or more (helpers.compat.profiler_trace "
-            "does), around steps that run on the devices."
+            f"read_trace: {str(file)!r} records no HLO op (no event with args['hlo_op'], "
+            "and no TPU 'XLA Ops' thread). Trace with the host tracer at level 2 or more "
+            "(helpers.compat.profiler_trace does), around steps that run on the devices."
         )
     time_in: dict[str, float] = defaultdict(float)
-    for e in ops:
-        time_in[str(e["args"].get("hlo_module", ""))] += float(e.get("dur", 0))
+    for op in ops:
+        time_in[op.module] += op.dur_us
     if module is None:
         module = max(time_in, key=lambda m: time_in[m])
     elif module not in time_in:
@@ -190,32 +289,22 @@ def read_trace(path: str | os.PathLike[str], module: str | None = None) -> list[
         for e in events
         if e.get("ph") == "X" and "step_num" in (e.get("args") or {})
     )
-    spans = []
-    for e in ops:
-        args = e["args"]
-        if str(args.get("hlo_module", "")) != module:
-            continue
-        if "device_ordinal" in args:
-            device = int(args["device_ordinal"])
-        else:
-            found = _DEVICE.search(processes.get(e.get("pid"), ""))
-            if found is None:
-                continue
-            device = int(found.group(1))
-        start, name = float(e["ts"]), str(args["hlo_op"])
-        step = next((i for i, (a, b) in enumerate(windows) if a <= start <= b), 0)
-        spans.append(
-            Span(
-                device=device,
-                name=name,
-                kind="collective" if is_collective(name) else "compute",
-                start_us=start,
-                dur_us=float(e.get("dur", 0)),
-                module=module,
-                step=step,
-                thread=threads.get((e.get("pid"), e.get("tid")), str(e.get("tid"))),
-            )
+    spans = [
+        Span(
+            device=op.device,
+            name=op.name,
+            kind="collective" if collective_kind(op.name, op.line) else "compute",
+            start_us=op.start_us,
+            dur_us=op.dur_us,
+            module=module,
+            step=next((i for i, (a, b) in enumerate(windows) if a <= op.start_us <= b), 0),
+            thread=op.thread,
+            flops=op.flops,
+            collective=collective_kind(op.name, op.line),
         )
+        for op in ops
+        if op.module == module
+    ]
     return sorted(spans, key=lambda s: (s.device, s.start_us))
 
 
@@ -276,6 +365,9 @@ class TraceSummary:
     ``compute_ms``: time in which some compute op of a device runs. ``collective_ms``: time
     in which some collective runs. ``exposed_ms``: collective time with no compute beside
     it. ``busiest_collective``: the collective with the most exposed time, and that time.
+    ``step_ms``: from a step's first op to its last, on a device. ``model_flops``: the FLOPs
+    the compiler counted for a step's ops on a device (a TPU trace records them per op),
+    or None where the trace records none.
     """
 
     n_devices: int
@@ -285,6 +377,21 @@ class TraceSummary:
     exposed_ms: float
     collective_ops: dict[str, int]
     busiest_collective: tuple[str, float] | None
+    step_ms: float = 0.0
+    model_flops: float | None = None
+
+    def mfu(self, peak_flops_per_s: float) -> float | None:
+        """``model_flops`` / ``step_ms`` / the device's peak FLOP/s: the MFU the trace itself
+        gives, or None where it records no FLOPs.
+
+        Raises:
+          ValueError: ``peak_flops_per_s`` is not positive.
+        """
+        if not peak_flops_per_s > 0:
+            raise ValueError(f"mfu: peak_flops_per_s={peak_flops_per_s!r} must be positive.")
+        if self.model_flops is None or self.step_ms <= 0:
+            return None
+        return self.model_flops / (self.step_ms / 1e3) / peak_flops_per_s
 
 
 def summarize_trace(spans: Sequence[Span]) -> TraceSummary:
@@ -297,11 +404,13 @@ def summarize_trace(spans: Sequence[Span]) -> TraceSummary:
         raise ValueError("summarize_trace: spans is empty; read_trace returns at least one.")
     devices = sorted({s.device for s in spans})
     steps = sorted({s.step for s in spans})
-    comp = comm = exposed = 0.0
+    comp = comm = exposed = wall = 0.0
     exposed_by: dict[str, float] = defaultdict(float)
     for device in devices:
         for step in steps:
             mine = [s for s in spans if s.device == device and s.step == step]
+            if mine:
+                wall += max(s.end_us for s in mine) - min(s.start_us for s in mine)
             c = _union((s.start_us, s.end_us) for s in mine if s.kind == "compute")
             k = _union((s.start_us, s.end_us) for s in mine if s.kind == "collective")
             bare = _subtract(k, c)
@@ -314,8 +423,10 @@ def summarize_trace(spans: Sequence[Span]) -> TraceSummary:
     ops: dict[str, int] = defaultdict(int)
     for s in spans:
         if s.kind == "collective" and s.device == devices[0] and s.step == steps[0]:
-            ops[re.sub(r"\.\d+$", "", s.name)] += 1
+            if "-done" not in s.name:  # an async pair is one collective: count its start
+                ops[s.collective or re.sub(r"\.\d+$", "", s.name)] += 1
     busiest = max(exposed_by.items(), key=lambda kv: kv[1], default=None)
+    counted = [s.flops for s in spans if s.flops is not None]
     return TraceSummary(
         n_devices=len(devices),
         n_steps=len(steps),
@@ -324,6 +435,8 @@ def summarize_trace(spans: Sequence[Span]) -> TraceSummary:
         exposed_ms=exposed / per,
         collective_ops=dict(ops),
         busiest_collective=None if busiest is None else (busiest[0], busiest[1] / per),
+        step_ms=wall / per,
+        model_flops=sum(counted) / (len(devices) * len(steps)) if counted else None,
     )
 
 

@@ -85,9 +85,10 @@ class Hardware:
 
 
 def _peak(kind: str) -> float:
-    found = cost_model.peak_flops(kind)
-    assert found is not None
-    return found[1]
+    """The dense bf16 peak of ``kind`` from the one table, ``cost_model.PEAKS``."""
+    found = cost_model.peak_of(kind)
+    assert found is not None, kind
+    return found.flops
 
 
 _MAMF = "MAMF: github.com/stas00/ml-engineering compute/accelerator/README.md"
@@ -120,14 +121,14 @@ HARDWARE: dict[str, Hardware] = {
         matmul_flops=271.2e12, hbm_bw=1.555e12,
     ),
     "v100": Hardware(
-        "V100 SXM2 32GB", 125e12, 32e9, 150e9, 8, 4 * 12.5e9,
+        "V100 SXM2 32GB", _peak("V100"), 32e9, 150e9, 8, 4 * 12.5e9,
         "NVIDIA V100 datasheet: 125 TFLOPS fp16 tensor (Volta has no bf16), 32 GB HBM2 at "
         "900 GB/s, NVLink 300 GB/s (150 each way); DGX-1: 8 GPUs, 4x 100 Gb/s EDR InfiniBand; "
         "no published MAMF: the peak stands in",
         hbm_bw=900e9,
     ),
     "b200": Hardware(
-        "B200", 2.25e15, 180e9, 900e9, 8, 8 * cost_model.IB_NDR_400,
+        "B200", _peak("B200"), 180e9, 900e9, 8, 8 * cost_model.IB_NDR_400,
         "NVIDIA DGX B200 datasheet: 72 PFLOPS FP8 training for 8 GPUs (2.25 PFLOPS dense bf16 "
         "each, the scaling book's GPU table), 1,440 GB HBM3e (180 GB each) at 64 TB/s, NVLink 5 "
         "1.8 TB/s (900 GB/s each way), 8x 400 Gb/s ConnectX-7 (400 GB/s out, the scaling book's "
@@ -135,7 +136,7 @@ HARDWARE: dict[str, Hardware] = {
         matmul_flops=1745e12, hbm_bw=8e12,
     ),
     "mi300x": Hardware(
-        "MI300X", 1307.4e12, 192e9, 448e9, 8, 8 * cost_model.IB_NDR_400,
+        "MI300X", _peak("MI300X"), 192e9, 448e9, 8, 8 * cost_model.IB_NDR_400,
         "AMD Instinct MI300X datasheet: 1,307.4 TFLOPS bf16 dense, 192 GB HBM3 at 5.3 TB/s, "
         "7 Infinity Fabric links of 64 GB/s each way to the 7 peers (896 GB/s both ways in "
         "all; 448 each way, reached only when all peers are sent to at once); 8 GPUs a node "
@@ -148,21 +149,21 @@ HARDWARE: dict[str, Hardware] = {
     # chips (bf16 FLOP/s, HBM, HBM bandwidth) and of ICI bandwidth: one mesh axis with a
     # wraparound ring runs at the *bidirectional* figure. A pod is one tier of ICI.
     "tpu-v5p": Hardware(
-        "TPU v5p", 459e12, 95e9, 1.8e11, 8960, None,
+        "TPU v5p", _peak("TPU v5p"), 95e9, 1.8e11, 8960, None,
         "cloud.google.com/tpu/docs/v5p: 459 TFLOPS bf16, 95 GB HBM2e; the scaling book's TPU "
         "chapter: 2.8e12 B/s HBM, ICI 9e10 B/s one way per link, 1.8e11 bidirectional per "
         "axis, 8,960 chips per pod (16x20x28); no published MAMF: the peak stands in",
         hbm_bw=2.8e12, latency=(1e-6, 1e-6, 1e-6), max_devices=8960,
     ),
     "tpu-v5e": Hardware(
-        "TPU v5e", 197e12, 16e9, 9e10, 256, None,
+        "TPU v5e", _peak("TPU v5 lite"), 16e9, 9e10, 256, None,
         "the scaling book's TPU chapter: 1.97e14 bf16 FLOP/s, 16 GB HBM at 8.1e11 B/s, ICI "
         "4.5e10 B/s one way per link (9e10 bidirectional per axis), 16x16 pods; no published "
         "MAMF: the peak stands in",
         hbm_bw=8.1e11, latency=(1e-6, 1e-6, 1e-6), max_devices=256,
     ),
     "tpu-v6e": Hardware(
-        "TPU v6e (Trillium)", 918e12, 32e9, 1.8e11, 256, None,
+        "TPU v6e (Trillium)", _peak("TPU v6e"), 32e9, 1.8e11, 256, None,
         "cloud.google.com/tpu/docs/v6e: 918 TFLOPS bf16, 32 GB HBM at 1.6 TB/s; the scaling "
         "book's TPU chapter: ICI 9e10 B/s one way per link (1.8e11 bidirectional per axis), "
         "16x16 pods; no published MAMF: the peak stands in",
