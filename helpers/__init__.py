@@ -96,6 +96,14 @@ _LAZY_MODULES = {
         "sharding_table",
         "step_memory",
     ),
+    "helpers.measuring.topology": (
+        "LIBTPU_PIN",
+        "format_programs",
+        "program_summary",
+        "tpu_compiler_available",
+        "tpu_devices",
+        "tpu_out_of_memory",
+    ),
     "helpers.measuring.trace": (
         "COLLECTIVE_OPCODES",
         "HloOp",
@@ -571,6 +579,13 @@ __all__ = [
     "planned_bytes_per_device",
     "sharding_table",
     "step_memory",
+    # measuring/topology
+    "LIBTPU_PIN",
+    "format_programs",
+    "program_summary",
+    "tpu_compiler_available",
+    "tpu_devices",
+    "tpu_out_of_memory",
     # measuring/trace
     "COLLECTIVE_OPCODES",
     "HloOp",

@@ -259,6 +259,7 @@ class CollectiveOp:
     sources: tuple[str, ...]
     runs: int = 1
     moves: bool = True  # False for a collective-permute whose every pair sends to itself
+    op_name: str = ""  # the JAX operation the collective itself came from ("" if none)
 
     @property
     def bytes(self) -> int:
@@ -302,6 +303,7 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
     instrs: dict[str, tuple[str, str, str, str, str]] = {}  # name -> (comp, type, op, args, attrs)
     order: list[str] = []
     parent: dict[str, tuple[str, int]] = {}  # computation -> (caller computation, trips)
+    called_by: dict[str, str] = {}  # a fused computation -> the attributes of its caller
     comp = ""
     for line in text.splitlines():
         if line and not line[0].isspace() and line.rstrip().endswith("{"):
@@ -314,6 +316,8 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
         name, op, attrs = mi.group("name"), mi.group("op"), mi.group("attrs")
         instrs[name] = (comp, mi.group("type"), op, mi.group("args"), attrs)
         order.append(name)
+        for callee in re.findall(r"calls=%?([\w.\-]+)", attrs):
+            called_by[callee] = attrs
         if op in ("while", "call"):
             trips = _TRIP_COUNT.search(attrs)
             for callee in re.findall(r"(?:body|to_apply)=%?([\w.\-]+)", attrs):
@@ -343,10 +347,8 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
             op_attrs, op_args = (start[4], start[3]) if start else (attrs, "")
         else:
             continue
-        arrays = _arrays(type_text)
         n = _group_size(op_attrs, num_partitions)
-        if kind == "reduce-scatter":  # its result is one shard: report the full input
-            arrays = [(dt, (shape[0] * n, *shape[1:]) if shape else shape) for dt, shape in arrays]
+        kind, arrays, op_attrs = _full_size(kind, _arrays(type_text), n, comp, op_attrs, called_by)
         own = _OP_NAME.search(op_attrs)
         fallback = own.group(1) if own else ""
         operands = [a for a in re.sub(r"/\*.*?\*/", "", op_args).split(",") if a.strip()]
@@ -354,8 +356,30 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
         if len(sources) != len(arrays):
             sources = [fallback] * len(arrays)
         moves = kind != "collective-permute" or _moves_between_devices(op_attrs)
-        out.append(CollectiveOp(kind, tuple(arrays), n, tuple(sources), runs(comp), moves))
+        out.append(
+            CollectiveOp(kind, tuple(arrays), n, tuple(sources), runs(comp), moves, fallback)
+        )
     return out
+
+
+def _full_size(
+    kind: str,
+    arrays: list[tuple[str, tuple[int, ...]]],
+    n: int,
+    comp: str,
+    attrs: str,
+    called_by: dict[str, str],
+) -> tuple[str, list[tuple[str, tuple[int, ...]]], str]:
+    """``(kind, full-size arrays, attributes)`` of one collective as the HLO writes it."""
+    if kind == "reduce-scatter":  # its result is one shard: report the full input
+        return kind, [(dt, (s[0] * n, *s[1:]) if s else s) for dt, s in arrays], attrs
+    if kind == "all-reduce" and comp.startswith("all-reduce-scatter"):
+        # XLA:TPU's reduce-scatter: one fused op (kind=kCustom) that calls a computation
+        # %all-reduce-scatter.N of an all-reduce whose result each device slices
+        # (dynamic-slice by its partition-id); its arrays are already full size, and the
+        # JAX operation it came from is on the fusion that calls it
+        return "reduce-scatter", arrays, called_by.get(comp, attrs)
+    return kind, arrays, attrs
 
 
 def collective_stats(compiled: Any, *, per_step: bool = False) -> dict[str, dict[str, float]]:

@@ -1,0 +1,176 @@
+"""The real TPU compiler's program for a slice of TPU chips, compiled on any machine.
+
+``libtpu``, the TPU runtime and compiler that ``jax[tpu]`` installs, can compile for a TPU
+*topology* without a TPU: ``jax.experimental.topologies.get_topology_desc`` describes a
+slice, such as ``"v5e:2x4"`` (8 TPU v5e chips) or ``"v5p:4x8x8"`` (256 TPU v5p chips), and
+its devices are abstract: a mesh can be built over them, a step lowered with abstract
+arrays (``jax.ShapeDtypeStruct``) and compiled, and nothing runs. The result is the
+program XLA:TPU would run on that slice, with its ``memory_analysis()`` per chip, read
+with the same ``collective_stats``, ``step_memory`` and ``hlo_schedule`` as a CPU program.
+MaxText's ``train_compile.py`` checks its configurations the same way.
+
+``tpu_devices`` returns such devices; ``compile_step(..., devices=tpu_devices())`` and
+``compile_zero_step(..., mesh=make_mesh(..., devices=tpu_devices()))`` then compile the
+series' own steps for them. A program that needs more than a chip's memory is refused by
+the compiler (``RESOURCE_EXHAUSTED``); ``tpu_out_of_memory`` reads what it needed.
+
+On a machine without a TPU, libtpu looks for one when it starts and prints warnings
+about the missing TPU metadata; ``tpu_devices`` tells it first that there is no TPU
+here to look for (only when this process's JAX runs on CPU devices).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+from typing import Any
+
+#: The libtpu that ``pip install "jax[tpu]==0.10.2"`` brings: the version CI compiles with.
+LIBTPU_PIN = "libtpu==0.0.42.1"
+
+#: Environment that keeps libtpu from looking for a TPU on a machine that has none: no
+#: metadata server to ask, one local host. Set only when JAX runs on CPU devices.
+_NO_TPU_HERE = {
+    "TPU_SKIP_MDS_QUERY": "1",
+    "TPU_ACCELERATOR_TYPE": "v5litepod-8",
+    "TPU_WORKER_HOSTNAMES": "localhost",
+}
+_TOPOLOGY = re.compile(r"^v(?:[2-6])[a-z]*:\d+(?:x\d+){1,2}$")
+_OOM = re.compile(
+    r"HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)"
+)
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+__all__ = [
+    "LIBTPU_PIN",
+    "format_programs",
+    "program_summary",
+    "tpu_compiler_available",
+    "tpu_devices",
+    "tpu_out_of_memory",
+]
+
+
+def tpu_compiler_available() -> bool:
+    """True where ``libtpu`` is installed, so ``tpu_devices`` can compile for TPU chips."""
+    return importlib.util.find_spec("libtpu") is not None
+
+
+def tpu_devices(topology: str = "v5e:2x4") -> list[Any]:
+    """The abstract devices of a TPU slice, to compile for (nothing can run on them).
+
+    ``topology`` is a TPU version and the chips along each axis of its torus, as Cloud TPU
+    names slices: ``"v5e:2x4"`` (8 v5e chips), ``"v5e:16x16"`` (256), ``"v5p:2x2x2"`` (8
+    v5p chips), ``"v5p:4x4x4"`` (64), ``"v5p:4x8x8"`` (256), ``"v6e:2x4"``. A one-chip slice
+    is ``"v5e:1x1"``.
+
+    Raises:
+      ValueError: ``topology`` is not of that form, or libtpu does not know it.
+      RuntimeError: libtpu is not installed (``pip install libtpu==0.0.42.1``, the version
+        ``jax[tpu]==0.10.2`` pins).
+    """
+    if not isinstance(topology, str) or not _TOPOLOGY.match(topology):
+        raise ValueError(
+            f"tpu_devices: topology={topology!r} must name a TPU slice such as 'v5e:2x4' or "
+            "'v5p:4x4x4' (version:chips along each axis)."
+        )
+    if not tpu_compiler_available():
+        raise RuntimeError(
+            "tpu_devices: the TPU compiler (libtpu) is not installed here; "
+            f"`pip install {LIBTPU_PIN}` adds it (about 700 MB), no TPU needed."
+        )
+    return list(_devices(topology))
+
+
+@functools.cache
+def _devices(topology: str) -> tuple[Any, ...]:
+    import jax
+    from jax.experimental import topologies
+
+    from helpers import compat
+
+    if not compat.backend_started() or jax.devices()[0].platform == "cpu":
+        for key, value in _NO_TPU_HERE.items():
+            os.environ.setdefault(key, value)
+    one_host = {"chips_per_host_bounds": (1, 1, 1)} if topology.endswith(":1x1") else {}
+    try:
+        desc = topologies.get_topology_desc(platform="tpu", topology_name=topology, **one_host)
+    except Exception as err:  # noqa: BLE001 - libtpu's error types are not public
+        raise ValueError(
+            f"tpu_devices: libtpu does not know topology={topology!r}: "
+            f"{str(err).splitlines()[0][:200]}"
+        ) from None
+    return tuple(desc.devices)
+
+
+def tpu_out_of_memory(error: BaseException) -> tuple[float, float] | None:
+    """``(bytes needed, bytes available)`` per chip from XLA:TPU's refusal to compile a
+    program that does not fit ("HLO temporaries (68.38G) exceeds available HBM (15.75G)"),
+    or None for any other error. The figures are the compiler's, rounded as it prints them
+    (G is 2**30 bytes)."""
+    found = _OOM.search(str(error))
+    if found is None:
+        return None
+    need, need_unit, have, have_unit = found.groups()
+    return float(need) * _UNITS[need_unit], float(have) * _UNITS[have_unit]
+
+
+def program_summary(compiled: Any) -> dict[str, Any]:
+    """What a compiled step sends and holds, per chip, for setting programs side by side:
+
+    ``collectives``: per kind, ``ops`` by phase (``forward``, ``backward``, ``other``, from
+    the JAX operation each came from: ``transpose(...)`` is the backward pass), ``arrays``,
+    the element ``dtypes`` it moves and the full size in ``bytes``; ``async``: collectives
+    issued as an async ``-start``/``-done`` pair or fused into the computation that reads
+    them (XLA:TPU's ``async_collective_fusion``); ``memory``: ``step_memory``.
+    """
+    from helpers.measuring.measure import _phase, collective_ops, step_memory
+
+    text = compiled.as_text()
+    kinds: dict[str, dict[str, Any]] = {}
+    for op in collective_ops(compiled):
+        row = kinds.setdefault(
+            op.kind,
+            {"ops": {"forward": 0, "backward": 0, "other": 0}, "arrays": 0, "dtypes": set(),
+             "bytes": 0},
+        )  # fmt: skip
+        row["ops"][_phase(op.op_name)] += 1
+        row["arrays"] += len(op.arrays)
+        row["dtypes"].update(dt for dt, _ in op.arrays)
+        row["bytes"] += op.bytes
+    for row in kinds.values():
+        row["dtypes"] = sorted(row["dtypes"])
+    pairs = len(re.findall(r"= [^=]*? (?:all-gather|all-reduce|collective-permute|all-to-all|"
+                           r"reduce-scatter)-start\(", text))  # fmt: skip
+    fused = len(re.findall(r"calls=%async_collective_fusion", text))
+    return {"collectives": kinds, "async": pairs + fused, "memory": step_memory(compiled)}
+
+
+def format_programs(programs: dict[str, Any]) -> str:
+    """Compiled steps side by side (name -> compiled): per collective kind, ops in the
+    forward and backward pass, element types and full size; then async collectives and
+    the memory XLA planned per device."""
+    from helpers.measuring.measure import format_bytes
+
+    sums = {name: program_summary(c) for name, c in programs.items()}
+    rows: list[tuple[str, list[str]]] = []
+    for kind in sorted({k for s in sums.values() for k in s["collectives"]}):
+        cells = []
+        for s in sums.values():
+            row = s["collectives"].get(kind)
+            ops = row and row["ops"]
+            cells.append("-" if row is None else
+                         f"{ops['forward']} + {ops['backward']} + {ops['other']}, "
+                         f"{'/'.join(row['dtypes'])} {format_bytes(row['bytes'])}")  # fmt: skip
+        rows.append((kind, cells))
+    rows.append(("async collectives", [str(s["async"]) for s in sums.values()]))
+    for key, label in (("argument", "arguments"), ("temp", "temporaries")):
+        rows.append((label, [format_bytes(s["memory"][key]) for s in sums.values()]))
+    width = 2 + max(len(c) for c in [*sums, *(c for _, cells in rows for c in cells)])
+    lines = [f"{'per device':<18}" + "".join(f"{n:>{width}}" for n in sums)]
+    lines += [f"{label:<18}" + "".join(f"{c:>{width}}" for c in cells) for label, cells in rows]
+    lines.append("collectives: ops in the forward + backward pass + elsewhere (the optimizer, "
+                 "the loss), the element type moved, the full (gathered or reduced) size")  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""Tests of helpers.measuring.topology: the real TPU compiler's program, compiled on this CPU.
+
+CI's pinned entry installs libtpu (``.ci/run``), so these run there; an entry without it
+skips them with the reason, except where REQUIRE_TPU_COMPILER=1 (the pinned entry), which
+makes a missing libtpu fail instead.
+"""
+
+import os
+
+import pytest
+
+from helpers import use_simulated_devices
+
+use_simulated_devices(8, quiet=True)
+
+from helpers import (  # noqa: E402
+    format_programs,
+    hlo_schedule,
+    make_mesh,
+    program_summary,
+    tpu_compiler_available,
+    tpu_devices,
+    tpu_out_of_memory,
+)
+from helpers.measuring.profile import compile_step  # noqa: E402
+
+needs_libtpu = pytest.mark.skipif(
+    not tpu_compiler_available() and os.environ.get("REQUIRE_TPU_COMPILER") != "1",
+    reason="libtpu is not installed (CI's pinned entry installs it)",
+)
+
+
+@pytest.mark.parametrize("bad", ["v5e", "2x4", "tpu:2x4", "v5e:2", "", 8, None])
+def test_a_topology_that_is_not_a_slice_name_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match="topology="):
+        tpu_devices(bad)
+
+
+@needs_libtpu
+def test_slices_have_the_chips_their_names_say():
+    assert [len(tpu_devices(t)) for t in ("v5e:1x1", "v5e:2x4", "v5p:2x2x2", "v5e:16x16")] == [
+        1, 8, 8, 256,
+    ]  # fmt: skip
+    assert tpu_devices("v5e:2x4")[0].device_kind == "TPU v5 lite"
+    assert tpu_devices("v5p:2x2x2")[0].device_kind == "TPU v5"
+    with pytest.raises(ValueError, match="libtpu does not know topology='v5e:3x3'"):
+        tpu_devices("v5e:3x3")
+
+
+@needs_libtpu
+def test_fsdp_on_eight_tpu_chips_is_the_textbooks_where_the_cpus_is_not():
+    """The same FSDP step, two compilers. XLA:TPU reduce-scatters the split gradients (its
+    fused all-reduce-scatter), gathers bf16 copies of the kernels and gathers them again
+    in the backward pass; XLA:CPU all-reduces every gradient and gathers each kernel once,
+    in f32, for both passes."""
+    chips = compile_step("fsdp", "tiny", devices=tpu_devices("v5e:2x4"))
+    cpus = compile_step("fsdp", "tiny")
+    tpu, cpu = program_summary(chips.compiled), program_summary(cpus.compiled)
+    t, c = tpu["collectives"], cpu["collectives"]
+    assert "reduce-scatter" in t and "reduce-scatter" not in c
+    assert t["reduce-scatter"]["ops"]["backward"] >= 1 and t["reduce-scatter"]["dtypes"] == ["f32"]
+    # what the CPU all-gathers once is what the TPU reduce-scatters: the split kernels
+    assert t["reduce-scatter"]["bytes"] == c["all-gather"]["bytes"]
+    assert c["all-gather"]["ops"]["backward"] == 0 and c["all-gather"]["dtypes"] == ["f32"]
+    assert t["all-gather"]["ops"]["backward"] > 0 and t["all-gather"]["dtypes"] == ["bf16"]
+    assert tpu["async"] > 0 and cpu["async"] == 0
+    assert t["all-reduce"]["bytes"] < c["all-reduce"]["bytes"] / 50  # only the unsplit arrays
+    table = format_programs({"XLA:CPU": cpus.compiled, "XLA:TPU": chips.compiled})
+    assert "reduce-scatter" in table and "bf16" in table and "temporaries" in table
+    assert hlo_schedule(chips.compiled)  # a scheduled module, read like the CPU's
+
+
+@needs_libtpu
+def test_a_program_too_big_for_the_chip_is_refused_with_what_it_needed():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    chip = tpu_devices("v5e:1x1")
+    mesh = make_mesh((1,), ("data",), devices=chip)
+    big = jax.ShapeDtypeStruct((2**16, 2**16), jnp.float32, sharding=NamedSharding(mesh, P()))
+    with pytest.raises(Exception) as caught:  # noqa: B017 - XLA's error class is not public
+        jax.jit(lambda a: (a @ a + 1) @ a).lower(big).compile()
+    need, have = tpu_out_of_memory(caught.value)
+    assert need > have > 15 * 2**30 and np.isfinite(need)
+    assert tpu_out_of_memory(ValueError("something else")) is None
