@@ -98,6 +98,8 @@ _LAZY_MODULES = {
     ),
     "helpers.measuring.topology": (
         "LIBTPU_PIN",
+        "RECORDED_PROGRAMS",
+        "recorded_program",
         "format_programs",
         "program_summary",
         "tpu_compiler_available",
@@ -581,6 +583,8 @@ __all__ = [
     "step_memory",
     # measuring/topology
     "LIBTPU_PIN",
+    "RECORDED_PROGRAMS",
+    "recorded_program",
     "format_programs",
     "program_summary",
     "tpu_compiler_available",

@@ -89,6 +89,49 @@ def backend_started() -> bool:
     return bool(getattr(xla_bridge, "_backends", {}))  # pragma: no cover - older jax
 
 
+#: What tells libtpu, when it starts on a machine with no TPU, that there is none to look
+#: for: no metadata server to ask (``TPU_SKIP_MDS_QUERY``), one local host, a slice type
+#: for its topology tables, and no lock file (which lets one process at a time hold a TPU). Without them libtpu prints warnings about the metadata it
+#: could not find (and JAX falls back to the CPU all the same).
+NO_TPU_HERE = {
+    # several processes may compile at once (pytest's workers, two notebooks): without a
+    # TPU there is no chip to guard, so no lock file is needed
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+    "TPU_SKIP_MDS_QUERY": "1",
+    "TPU_ACCELERATOR_TYPE": "v5litepod-8",
+    "TPU_WORKER_HOSTNAMES": "localhost",
+}
+
+
+#: Variables a TPU host's runtime sets (or a person who configures libtpu by hand); JAX's
+#: own import sets others (``TPU_LIBRARY_PATH``), which say nothing about the machine.
+_TPU_HOST_VARIABLES = (
+    "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID", "TPU_HOST_BOUNDS",
+    "TPU_CHIPS_PER_HOST_BOUNDS", "TPU_TOPOLOGY", "TPU_PROCESS_BOUNDS", "TPU_VISIBLE_CHIPS",
+)  # fmt: skip
+
+
+def quiet_libtpu_without_tpu() -> bool:
+    """Set ``NO_TPU_HERE`` where libtpu is installed on a machine with no TPU; True if set.
+
+    A machine with a TPU shows it: a device file (``/dev/accel*``, ``/dev/vfio/*``) or the
+    ``TPU_*`` environment its runtime sets (``_TPU_HOST_VARIABLES``). Where either is present, or libtpu is not
+    installed, nothing changes. Call it before JAX starts its backends.
+    """
+    import glob
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is None:
+        return False
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/*"):
+        return False
+    if any(k in os.environ for k in _TPU_HOST_VARIABLES):
+        return False
+    for key, value in NO_TPU_HERE.items():
+        os.environ.setdefault(key, value)
+    return True
+
+
 #: How long XLA:CPU waits for every simulated device to reach a collective. XLA's default
 #: is a warning after 20 s and an abort (SIGABRT, "Termination timeout ... exceeded") 40 s
 #: after that: a device thread that reaches an all-reduce a minute after the others kills

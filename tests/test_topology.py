@@ -86,3 +86,55 @@ def test_a_program_too_big_for_the_chip_is_refused_with_what_it_needed():
     need, have = tpu_out_of_memory(caught.value)
     assert need > have > 15 * 2**30 and np.isfinite(need)
     assert tpu_out_of_memory(ValueError("something else")) is None
+
+
+def test_libtpu_is_quieted_only_where_no_tpu_shows(monkeypatch):
+    from helpers import compat
+
+    for key in compat.NO_TPU_HERE:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("TPU_WORKER_ID", "0")  # a TPU host's runtime sets it: leave it be
+    assert compat.quiet_libtpu_without_tpu() is False
+    assert "TPU_ACCELERATOR_TYPE" not in os.environ
+    monkeypatch.delenv("TPU_WORKER_ID")
+    if tpu_compiler_available():
+        assert compat.quiet_libtpu_without_tpu() is True
+        assert os.environ["TPU_SKIP_MDS_QUERY"] == "1"
+    else:
+        assert compat.quiet_libtpu_without_tpu() is False
+
+
+def test_the_pinned_libtpu_is_one_that_jax_tpu_accepts():
+    from importlib.metadata import requires
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    from helpers import LIBTPU_PIN
+
+    root = Path(__file__).resolve().parent.parent
+    assert LIBTPU_PIN in (root / "requirements-tpu-compiler.txt").read_text().splitlines()
+    named = [Requirement(r) for r in requires("jax") or [] if r.startswith("libtpu")]
+    assert named and all(r.marker.evaluate({"extra": "tpu"}) for r in named)
+    assert all(r.specifier.contains(LIBTPU_PIN.split("==")[1]) for r in named), named
+
+
+@needs_libtpu
+def test_the_recorded_tpu_programs_are_what_the_compiler_gives_now():
+    """The notebooks read helpers/measuring/tpu_programs.json where libtpu is missing: its
+    small entries must still be what this libtpu compiles (.ci/record_tpu_programs.py)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from helpers import recorded_program
+
+    script = Path(__file__).resolve().parent.parent / ".ci" / "record_tpu_programs.py"
+    spec = importlib.util.spec_from_file_location("record_tpu_programs", script)
+    record = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(record)
+    for name, (strategy, topology) in record.SMALL.items():
+        fresh = json.loads(json.dumps(record.small_entry(strategy, topology)))
+        assert recorded_program(name) == fresh, name
+    with pytest.raises(ValueError, match="name='nothing' is not recorded"):
+        recorded_program("nothing")

@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 #: The libtpu that ``pip install "jax[tpu]==0.10.2"`` brings: the version CI compiles with.
 LIBTPU_PIN = "libtpu==0.0.42.1"
 
-#: Environment that keeps libtpu from looking for a TPU on a machine that has none: no
-#: metadata server to ask, one local host. Set only when JAX runs on CPU devices.
-_NO_TPU_HERE = {
-    "TPU_SKIP_MDS_QUERY": "1",
-    "TPU_ACCELERATOR_TYPE": "v5litepod-8",
-    "TPU_WORKER_HOSTNAMES": "localhost",
-}
+#: What ``.ci/record_tpu_programs.py`` compiled for TPU slices, for a machine without
+#: libtpu (Colab, Binder): each entry is a ``program_summary`` or a memory reading, with
+#: the topology, the versions and how it was made. CI's pinned entry, which has libtpu,
+#: compiles the small ones again and checks they still match (tests/test_topology.py).
+RECORDED_PROGRAMS = Path(__file__).with_name("tpu_programs.json")
 _TOPOLOGY = re.compile(r"^v(?:[2-6])[a-z]*:\d+(?:x\d+){1,2}$")
 _OOM = re.compile(
     r"HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)"
@@ -45,6 +44,8 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 __all__ = [
     "LIBTPU_PIN",
+    "RECORDED_PROGRAMS",
+    "recorded_program",
     "format_programs",
     "program_summary",
     "tpu_compiler_available",
@@ -92,8 +93,7 @@ def _devices(topology: str) -> tuple[Any, ...]:
     from helpers import compat
 
     if not compat.backend_started() or jax.devices()[0].platform == "cpu":
-        for key, value in _NO_TPU_HERE.items():
-            os.environ.setdefault(key, value)
+        compat.quiet_libtpu_without_tpu()
     one_host = {"chips_per_host_bounds": (1, 1, 1)} if topology.endswith(":1x1") else {}
     try:
         desc = topologies.get_topology_desc(platform="tpu", topology_name=topology, **one_host)
@@ -149,12 +149,13 @@ def program_summary(compiled: Any) -> dict[str, Any]:
 
 
 def format_programs(programs: dict[str, Any]) -> str:
-    """Compiled steps side by side (name -> compiled): per collective kind, ops in the
+    """Compiled steps side by side (name -> compiled step, or its ``program_summary``, as a
+    recording holds it): per collective kind, ops in the
     forward and backward pass, element types and full size; then async collectives and
     the memory XLA planned per device."""
     from helpers.measuring.measure import format_bytes
 
-    sums = {name: program_summary(c) for name, c in programs.items()}
+    sums = {name: c if isinstance(c, dict) else program_summary(c) for name, c in programs.items()}
     rows: list[tuple[str, list[str]]] = []
     for kind in sorted({k for s in sums.values() for k in s["collectives"]}):
         cells = []
@@ -174,3 +175,17 @@ def format_programs(programs: dict[str, Any]) -> str:
     lines.append("collectives: ops in the forward + backward pass + elsewhere (the optimizer, "
                  "the loss), the element type moved, the full (gathered or reduced) size")  # fmt: skip
     return "\n".join(lines)
+
+
+def recorded_program(name: str) -> dict[str, Any]:
+    """One entry of ``RECORDED_PROGRAMS``: what the TPU compiler gave when it was recorded.
+
+    Raises:
+      ValueError: no entry is called ``name`` (the message lists them).
+    """
+    entries = json.loads(RECORDED_PROGRAMS.read_text(encoding="utf-8"))["programs"]
+    if name not in entries:
+        raise ValueError(
+            f"recorded_program: name={name!r} is not recorded; there are {sorted(entries)}."
+        )
+    return entries[name]

@@ -75,6 +75,8 @@ def use_simulated_devices(
             f"use_simulated_devices: real_accelerators={real_accelerators!r} must be True, False or 'auto'."
         )
 
+    if real_accelerators is not False and not compat.backend_started():
+        compat.quiet_libtpu_without_tpu()  # libtpu installed, no TPU: no metadata warnings
     if real_accelerators is True:
         devices = jax.devices()
         if not quiet:
