@@ -1,31 +1,36 @@
 #!/usr/bin/env python3
-"""Issue 45's one call on an H200: every GPU measurement the issue asks for, in one command.
+"""The measured reference on one accelerator (a GPU or a TPU), in one command.
 
-A session that is lent the device machine has about 15 minutes of it, starts included,
-and that machine has jax (CUDA), flax, optax and matplotlib, but no Jupyter and no
-network. So the call is prepared and rehearsed here, runs once, and brings back all it
-measured:
+A session lent the device machine has a few minutes of it, its start included; the
+machine has jax, and what its own package index holds (flax, optax, matplotlib), but no
+Jupyter and no network. So the call is prepared and rehearsed here, runs once, and brings
+back all it measured:
 
-    python3 .ci/h200_reference.py --out "$OUT"               # there, from the repo root
-    python .ci/h200_reference.py --rehearse --out /tmp/h200    # here: CPU devices, tiny sizes
+    python3 .ci/accelerator_reference.py --out "$OUT"            # there, from the repo root
+    python .ci/accelerator_reference.py --rehearse --out /tmp/ref  # here: CPU devices, tiny sizes
+    python .ci/accelerator_reference.py --collect /tmp/ref         # here: the files that came
+                                    # back -> helpers/measuring/reference_<chip>.json
 
-Each step runs in a child process of its own, under a time limit, so that a crash or an
-out-of-memory in one leaves the others their results; every step prints into log.txt.
+Each step runs in a process group of its own, under a time limit, so that a crash, an
+out-of-memory or a hang in one (a grandchild included) leaves the others their results
+and the chip free; every step prints into log.txt.
 
-  nb04     notebook 04's code cells in order, read from its MyST source (as a script)
-  profile  ``python -m helpers.profile`` with the GPU preset, the MLP and the Transformer
-  trace    a jax.profiler trace of the dp step, read with helpers.measuring.trace and drawn;
-           with two or more GPUs, FSDP with the latency-hiding scheduler on and off too
-  levers   the MLP's one-device step under each lever of ANCHORS.md (bf16 compute, widths
-           in multiples of 128, XLA's GPU options, tokens per step, donation, no host
-           sync in the loop), side by side in one process
-  plan     the planner for the Transformer preset's shapes on one H200, against the
-           profile step's measured memory and step time
+  nb04                 notebook 04's code cells in order, read from its MyST source
+  profile-mlp          ``python -m helpers.profile --model mlp --preset gpu`` (DP and FSDP)
+  profile-transformer  the same for the Transformer (DP)
+  trace                a jax.profiler trace of the dp step, read with
+                       helpers.measuring.trace and drawn; on two or more GPUs, FSDP with
+                       XLA:GPU's latency-hiding scheduler on and off too
+  levers               the MLP's one-device step under each lever of ANCHORS.md (bf16
+                       compute, widths in multiples of 128, XLA's options, tokens per step,
+                       donation, no host sync in the loop), side by side in one process
+  plan                 the planner for the Transformer preset's shapes on this chip,
+                       against the profile step's measured memory and step time
 
 What comes back (the device tool returns 8 files at most): log.txt, profile-mlp.json,
 profile-transformer.json, profile.png, trace.png, trace-raw.tar.gz (the trace itself, to
-read again here if helpers.measuring.trace misreads it), levers.json, plan-check.json.
-A rehearsal's JSON files carry ``"rehearsal": true``: none of them is a GPU result.
+read again here), levers.json, plan-check.json. A rehearsal's JSON files carry
+``"rehearsal": true``: none of them is a measurement. ``--collect`` refuses them.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,12 +50,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_04 = ROOT / "notebooks" / "src" / "04_profile_dp_vs_fsdp.md"
-#: Each step's time limit in seconds (on the H200; the rehearsal's sizes take far less). They
-#: sum to 400 s: with the machine's start (a minute or two) one call takes under 9 of the
-#: session's 15 device minutes, and ``--steps`` reruns only what failed. Call it with the
-#: device tool's ``timeout_s=450``. Notebook 04 gets the most: on one GPU it compiles the
-#: ``gpu`` preset's step six times (sections 2, 4 and exercise 1).
-LIMITS = {"nb04": 150, "profile": 150, "trace": 60, "levers": 120, "plan": 20}
+#: Each step's time limit in seconds on the accelerator (the rehearsal's sizes take far
+#: less): 670 s in all, so give the device tool ``timeout_s=600`` and pick ``--steps`` to fit,
+#: or make two calls while the machine is warm. On one TPU v5e chip (2026-12-06) the MLP's
+#: profile took about 60 s, and the Transformer's compile alone 25 s per strategy.
+LIMITS = {"nb04": 150, "profile-mlp": 120, "profile-transformer": 200, "trace": 60,
+          "levers": 120, "plan": 20}  # fmt: skip
 STEPS = tuple(LIMITS)
 #: The platforms a measurement may come from.
 ACCELERATORS = ("gpu", "tpu")
@@ -132,28 +138,31 @@ def _write(out: Path, name: str, data: dict[str, Any], rehearse: bool) -> None:
     print(f"wrote {name}")
 
 
-def run_profile(out: Path, rehearse: bool) -> None:
-    """``python -m helpers.profile`` as a user types it, for the MLP and the Transformer."""
+def run_profile(out: Path, rehearse: bool, model: str) -> None:
+    """``python -m helpers.profile`` as a user types it, for one model: the MLP (DP and
+    FSDP, and the figure) or the Transformer (DP only: on one chip FSDP is the same
+    program, and its compile and initialisation take most of the step's time)."""
     preset = "tiny" if rehearse else "gpu"
     env = child_environment(rehearse)
-    for model in ("mlp", "transformer"):
-        cmd = [sys.executable, "-m", "helpers.profile", "--model", model, "--preset", preset,
-               "--json", str(out / f"profile-{model}.json")]  # fmt: skip
-        if model == "mlp":
-            cmd += ["--plot", str(out / "profile.png")]
-        if rehearse:
-            cmd += ["--steps", "2", "--warmup", "1"]
-        print("$", " ".join(cmd[1:]), flush=True)
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
-        data = json.loads((out / f"profile-{model}.json").read_text(encoding="utf-8"))
-        _write(out, f"profile-{model}.json", data, rehearse)
+    cmd = [sys.executable, "-m", "helpers.profile", "--model", model, "--preset", preset,
+           "--json", str(out / f"profile-{model}.json")]  # fmt: skip
+    if model == "mlp":
+        cmd += ["--plot", str(out / "profile.png")]
+    else:
+        cmd += ["--strategies", "dp"]
+    if rehearse:
+        cmd += ["--steps", "2", "--warmup", "1"]
+    print("$", " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+    data = json.loads((out / f"profile-{model}.json").read_text(encoding="utf-8"))
+    _write(out, f"profile-{model}.json", data, rehearse)
 
 
 def run_trace(out: Path, rehearse: bool) -> None:
     """The dp step traced, read and drawn; with 2+ GPUs FSDP with the scheduler on and off."""
     devices = _devices(rehearse)
     where = "rehearsal on CPU devices" if rehearse else f"measured on {devices[0].device_kind}"
-    with tempfile.TemporaryDirectory(prefix="h200_trace_") as folder:
+    with tempfile.TemporaryDirectory(prefix="reference_trace_") as folder:
         _trace_into(Path(folder), out, devices, where)
 
 
@@ -165,6 +174,9 @@ def _trace_into(tmp: Path, out: Path, devices: list[Any], where: str) -> None:
 
     (dp,) = compare_strategies(("dp",), preset="auto", steps=3, warmup=2, devices=devices,
                                progress=False, trace_dir=tmp / "dp")  # fmt: skip
+    info = {"model": dp.model, "preset": dp.preset, "tokens_per_step": dp.tokens_per_step,
+            "flops_formula": dp.flops_formula, "step_median_s": dp.step_median_s}  # fmt: skip
+    (tmp / "dp" / "trace-info.json").write_text(json.dumps(info) + "\n", encoding="utf-8")
     with tarfile.open(out / "trace-raw.tar.gz", "w:gz") as tar:
         tar.add(tmp / "dp", arcname="dp")
     print("wrote trace-raw.tar.gz", flush=True)
@@ -275,8 +287,8 @@ def _loop_levers(devices: list[Any], rehearse: bool) -> dict[str, Any]:
 
 
 def run_plan(out: Path, rehearse: bool) -> None:
-    """The planner for the profiled Transformer's shapes on one H200, against its measurement."""
-    from helpers import HARDWARE, plan_model, spec_of_series_model
+    """The planner for the profiled Transformer's shapes on this chip, against its measurement."""
+    from helpers import plan_model, spec_of_series_model
     from helpers.measuring.workload import config_from_dict
 
     measured = json.loads((out / "profile-transformer.json").read_text(encoding="utf-8"))
@@ -284,7 +296,7 @@ def run_plan(out: Path, rehearse: bool) -> None:
     cfg = config_from_dict(measured["config"], model="transformer")
     spec = spec_of_series_model(cfg, f"notebook 08's Transformer, preset {run['preset']}")
     kind = measured.get("environment", {}).get("device_kind", "")
-    hardware = HARDWARE["tpu-v5e"] if "v5" in str(kind).lower() else HARDWARE["h200"]
+    hardware = hardware_for(str(kind))
     rows = {}
     for precision in ("f32", "mixed"):  # the profile keeps f32 weights and computes in bf16
         p = plan_model(spec, hardware, dp=1, precision=precision, seq=cfg.seq,
@@ -302,6 +314,98 @@ def run_plan(out: Path, rehearse: bool) -> None:
 # ---------------------------------------------------------------------------
 # The parent: every step, each in a child process under its limit
 # ---------------------------------------------------------------------------
+
+
+def hardware_for(device_kind: str) -> Any:
+    """The planner's ``HARDWARE`` entry of a device, by the name of its peak; H200 when the
+    device is not in the table (the rehearsal's CPU)."""
+    from helpers import HARDWARE, peak_of
+
+    peak = peak_of(device_kind)
+    for hw in HARDWARE.values():
+        if peak is not None and hw.name.startswith(peak.name.split(" (")[0]):
+            return hw
+    return HARDWARE["h200"]
+
+
+# ---------------------------------------------------------------------------
+# Here, afterwards: the files that came back, into the committed reference
+# ---------------------------------------------------------------------------
+
+_LEVER_LINE = re.compile(r"^(.{44}) median +([\d.]+) ms +MFU ([\d.]+)%$")
+
+
+def collect(folder: Path) -> dict[str, Any]:
+    """What one call measured (its files in ``folder``), as one JSON-ready reference.
+
+    Reads every profile JSON, the levers (``levers.json``, or the lines each lever printed
+    into log.txt where the step was stopped before writing it), and the trace. Says what
+    is missing rather than inventing it.
+
+    Raises:
+      ValueError: no measurement in ``folder``, or a rehearsal's files.
+    """
+    from helpers.measuring.trace import read_trace, summarize_trace
+
+    profiles = {p.stem.removeprefix("profile-"): json.loads(p.read_text())
+                for p in sorted(folder.glob("profile-*.json"))}  # fmt: skip
+    if not profiles:
+        raise ValueError(f"collect: folder={str(folder)!r} holds no profile-*.json")
+    if any(p.get("rehearsal") for p in profiles.values()):
+        raise ValueError(f"collect: folder={str(folder)!r} holds a rehearsal, not a measurement")
+    env = next(iter(profiles.values()))["environment"]
+    ref: dict[str, Any] = {"device_kind": env["device_kind"], "platform": env["platform"],
+                           "versions": {k: env[k] for k in ("jax", "jaxlib", "flax", "optax",
+                                                            "python")},
+                           "profiles": {}, "missing": []}  # fmt: skip
+    for model in ("mlp", "transformer"):
+        if model not in profiles:
+            ref["missing"].append(f"profile-{model}: not in the files that came back")
+            continue
+        p = profiles[model]
+        ref["profiles"][model] = {"preset": p["preset"], "config": p["config"],
+                                  "results": [_result(r) for r in p["results"]]}  # fmt: skip
+    ref["levers"] = _levers(folder)
+    trace = folder / "trace-raw.tar.gz"
+    if trace.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            with tarfile.open(trace) as tar:
+                tar.extractall(tmp, filter="data")
+            summary = summarize_trace(read_trace(tmp))
+            info = next(Path(tmp).rglob("trace-info.json"), None)
+            what = json.loads(info.read_text()) if info else {
+                "model": "mlp", "preset": "auto: the profile's choice for this chip, not "
+                "recorded by this call (trace-info.json came later)"}  # fmt: skip
+        ref["trace"] = {**what, "step_ms": summary.step_ms, "compute_ms": summary.compute_ms,
+                        "model_flops": summary.model_flops, "n_steps": summary.n_steps}  # fmt: skip
+    else:
+        ref["missing"].append("trace: not in the files that came back")
+    return ref
+
+
+def _result(r: dict[str, Any]) -> dict[str, Any]:
+    keys = ("strategy", "tokens_per_step", "step_times_s", "step_median_s", "mfu",
+            "flops_formula", "flops_hlo_per_device", "step_memory", "device_peak_bytes",
+            "peak_name", "peak_flops_per_device", "n_params")  # fmt: skip
+    return {k: r.get(k) for k in keys}
+
+
+def _levers(folder: Path) -> dict[str, Any]:
+    if (folder / "levers.json").exists():
+        return {"from": "levers.json", **json.loads((folder / "levers.json").read_text())}
+    rows = {}
+    log = (folder / "log.txt").read_text() if (folder / "log.txt").exists() else ""
+    inside = False
+    for line in log.splitlines():
+        inside = (line.startswith("=== levers") or inside) and not line.startswith("=== levers:")
+        found = _LEVER_LINE.match(line) if inside else None
+        if found:
+            rows[found.group(1).strip()] = {"median_s": float(found.group(2)) / 1e3,
+                                            "mfu": float(found.group(3)) / 100}  # fmt: skip
+    stopped = re.search(r"=== levers: FAILED \((\w+)\)", log)
+    note = f"read from log.txt: the step ended {stopped.group(1)} after these" if stopped else ""
+    return {"from": note or "log.txt", "levers": rows}
+
 
 def child_environment(rehearse: bool, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The children's environment: this repository first on ``PYTHONPATH``, whatever was
@@ -338,7 +442,13 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
     proc.wait()
 
 
-RUNNERS = {"profile": run_profile, "trace": run_trace, "levers": run_levers, "plan": run_plan}
+RUNNERS = {
+    "profile-mlp": lambda out, rehearse: run_profile(out, rehearse, "mlp"),
+    "profile-transformer": lambda out, rehearse: run_profile(out, rehearse, "transformer"),
+    "trace": run_trace,
+    "levers": run_levers,
+    "plan": run_plan,
+}
 
 
 def _child(step: str, out: Path, rehearse: bool) -> None:
@@ -364,11 +474,19 @@ def _environment(log: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder for what comes back")
+    ap.add_argument("--out", type=Path, help="folder for what comes back")
+    ap.add_argument("--collect", type=Path, metavar="DIR",
+                    help="here, afterwards: write the files that came back into "
+                         "helpers/measuring/reference_<chip>.json")  # fmt: skip
+    ap.add_argument("--date", help="with --collect: the day the call ran (YYYY-MM-DD)")
     ap.add_argument("--rehearse", action="store_true", help="CPU devices, tiny sizes")
     ap.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS))
     ap.add_argument("--child", choices=STEPS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.collect:
+        return _collect_into_helpers(args.collect, args.date)
+    if args.out is None:
+        ap.error("--out is required (or --collect)")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.child:
         _child(args.child, args.out.resolve(), args.rehearse)
@@ -392,6 +510,22 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(step)
     print("failed:", " ".join(failed) if failed else "none", f"(log: {args.out / 'log.txt'})")
     return 1 if failed else 0
+
+
+def _collect_into_helpers(folder: Path, date: str | None) -> int:
+    sys.path.insert(0, str(ROOT))
+    from helpers import peak_of
+
+    ref = collect(folder)
+    peak = peak_of(ref["device_kind"])
+    chip = (peak.name if peak else ref["device_kind"]).lower().replace(" ", "_")
+    ref = {"measured_on": f"1 x {ref['device_kind']}", "date": date or "unknown",
+           "made_by": "python3 .ci/accelerator_reference.py on the device machine, then "
+                      "--collect here", **ref}  # fmt: skip
+    path = ROOT / "helpers" / "measuring" / f"reference_{chip}.json"
+    path.write_text(json.dumps(ref, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {path.relative_to(ROOT)}; missing: {ref['missing'] or 'nothing'}")
+    return 0
 
 
 if __name__ == "__main__":

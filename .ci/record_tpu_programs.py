@@ -27,21 +27,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: The series' steps on 8 TPU v5e chips, for notebook 04 (read by the tests too).
-SMALL = {
-    "dp, tiny preset, v5e:2x4": ("dp", "v5e:2x4"),
-    "fsdp, tiny preset, v5e:2x4": ("fsdp", "v5e:2x4"),
-}
 #: LLaMA-3-8B's shapes under ZeRO-3, one 2,048-token sequence per chip, for notebook 13.
 LLAMA_SLICES = ("v5e:2x4", "v5p:2x2x2", "v5p:4x4x4", "v5p:4x8x8")
 
 
-def small_entry(strategy: str, topology: str) -> dict[str, Any]:
-    from helpers import program_summary, tpu_devices
-    from helpers.measuring.profile import compile_step
+def small_entry(name: str) -> dict[str, Any]:
+    from helpers import TPU_PROGRAMS, program_summary
+    from helpers.measuring.topology import compile_tpu_program
 
-    step = compile_step(strategy, "tiny", devices=tpu_devices(topology))
-    return {"topology": topology, "summary": program_summary(step.compiled)}
+    return {
+        "topology": TPU_PROGRAMS[name][1],
+        "summary": program_summary(compile_tpu_program(name)),
+    }
 
 
 def llama_config(chips: int) -> Any:
@@ -92,13 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="only the entries CI compiles again")
     args = ap.parse_args(argv)
-    from helpers import RECORDED_PROGRAMS, use_simulated_devices
+    from helpers import RECORDED_PROGRAMS, TPU_PROGRAMS, use_simulated_devices
 
     use_simulated_devices(1, quiet=True)
     old = json.loads(RECORDED_PROGRAMS.read_text()) if RECORDED_PROGRAMS.exists() else {}
     programs = dict(old.get("programs", {}))
-    for name, (strategy, topology) in SMALL.items():
-        programs[name] = small_entry(strategy, topology)
+    for name in TPU_PROGRAMS:
+        programs[name] = small_entry(name)
         print(f"recorded {name}", flush=True)
     if not args.small:
         for topology in LLAMA_SLICES:

@@ -99,7 +99,9 @@ _LAZY_MODULES = {
     "helpers.measuring.topology": (
         "LIBTPU_PIN",
         "RECORDED_PROGRAMS",
+        "TPU_PROGRAMS",
         "recorded_program",
+        "tpu_program",
         "format_programs",
         "program_summary",
         "tpu_compiler_available",
@@ -584,7 +586,9 @@ __all__ = [
     # measuring/topology
     "LIBTPU_PIN",
     "RECORDED_PROGRAMS",
+    "TPU_PROGRAMS",
     "recorded_program",
+    "tpu_program",
     "format_programs",
     "program_summary",
     "tpu_compiler_available",

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_rehearsal_writes_everything(tmp_path):
     """The call's steps on 2 CPU devices: each ends well, and each file holds what it says."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NUM_DEVICES": "2", "MPLBACKEND": "Agg"}
     cmd = [sys.executable, str(SCRIPT), "--rehearse", "--out", str(tmp_path),
-           "--steps", "profile", "trace", "levers", "plan"]  # fmt: skip
+           "--steps", "profile-mlp", "profile-transformer", "trace", "levers", "plan"]  # fmt: skip
     proc = run_jax_child(cmd, devices=2, timeout=240, env=env, cwd=ROOT)
     log = (
         (tmp_path / "log.txt").read_text(encoding="utf-8")
@@ -76,3 +77,48 @@ def test_rehearsal_writes_everything(tmp_path):
     assert set(plan["planner"]) == {"f32", "mixed"} and plan["measured"]["median_s"] > 0
     # XLA:GPU's scheduler flag is compared on 2+ GPUs only; CPU devices skip it quietly
     assert "LHS on" not in log
+
+
+def test_the_children_keep_the_machines_pythonpath_after_the_repository():
+    mod = _module()
+    env = mod.child_environment(False, {"PYTHONPATH": "/opt/jax-site:/tmp/site"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/opt/jax-site", "/tmp/site"]
+    assert mod.child_environment(True, {})["NUM_DEVICES"] == "2"
+
+
+def test_a_step_past_its_limit_is_killed_with_its_grandchildren(tmp_path):
+    """A step's child starts a grandchild (as the profile step starts python -m
+    helpers.profile) and both outlive the limit: the whole process group is killed."""
+    mod = _module()
+    marker = tmp_path / "grandchild.pid"
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
+    with open(tmp_path / "log.txt", "w") as log:
+        rc = mod.run_limited([sys.executable, "-c", code], limit=3, log=log, env=dict(os.environ))
+    assert rc == "timeout"
+    pid = int(marker.read_text())
+    for _ in range(50):  # killed: gone, or a zombie waiting for init to reap it
+        stat = Path(f"/proc/{pid}/stat")
+        if not stat.exists() or stat.read_text().split(")")[-1].split()[0] in ("Z", "X"):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the grandchild {pid} still runs after its step was killed")
+
+
+def test_collect_turns_a_calls_files_into_the_reference_and_refuses_a_rehearsal(tmp_path):
+    mod = _module()
+    with pytest.raises(ValueError, match="holds no profile"):
+        mod.collect(tmp_path)
+    (tmp_path / "profile-mlp.json").write_text(json.dumps({"rehearsal": True}))
+    with pytest.raises(ValueError, match="rehearsal"):
+        mod.collect(tmp_path)
+    ref = json.loads((ROOT / "helpers" / "measuring" / "reference_tpu_v5e.json").read_text())
+    assert ref["device_kind"] == "TPU v5 lite" and ref["date"] == "2026-12-06"
+    mlp = ref["profiles"]["mlp"]["results"][0]
+    # the MFU the profile reported is FLOPs / median step / peak (issue 51's measure)
+    by_hand = mlp["flops_formula"] / mlp["step_median_s"] / 197e12
+    assert abs(mlp["mfu"] - by_hand) < 0.01 and 0.5 < mlp["mfu"] < 0.9

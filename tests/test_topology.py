@@ -127,14 +127,16 @@ def test_the_recorded_tpu_programs_are_what_the_compiler_gives_now():
     import json
     from pathlib import Path
 
-    from helpers import recorded_program
+    from helpers import TPU_PROGRAMS, recorded_program, tpu_program
 
     script = Path(__file__).resolve().parent.parent / ".ci" / "record_tpu_programs.py"
     spec = importlib.util.spec_from_file_location("record_tpu_programs", script)
     record = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(record)
-    for name, (strategy, topology) in record.SMALL.items():
-        fresh = json.loads(json.dumps(record.small_entry(strategy, topology)))
+    for name in TPU_PROGRAMS:
+        fresh = json.loads(json.dumps(record.small_entry(name)))
         assert recorded_program(name) == fresh, name
+        summary, where = tpu_program(name)  # on CPU devices with libtpu: compiled here
+        assert summary == fresh["summary"] and "compiled here" in where
     with pytest.raises(ValueError, match="name='nothing' is not recorded"):
         recorded_program("nothing")

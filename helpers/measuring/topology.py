@@ -36,6 +36,12 @@ LIBTPU_PIN = "libtpu==0.0.42.1"
 #: the topology, the versions and how it was made. CI's pinned entry, which has libtpu,
 #: compiles the small ones again and checks they still match (tests/test_topology.py).
 RECORDED_PROGRAMS = Path(__file__).with_name("tpu_programs.json")
+#: The series' steps the notebooks set beside XLA:CPU's: name -> (strategy, topology),
+#: each compiled by ``compile_step(strategy, "tiny", devices=tpu_devices(topology))``.
+TPU_PROGRAMS: dict[str, tuple[str, str]] = {
+    "dp, tiny preset, v5e:2x4": ("dp", "v5e:2x4"),
+    "fsdp, tiny preset, v5e:2x4": ("fsdp", "v5e:2x4"),
+}
 _TOPOLOGY = re.compile(r"^v(?:[2-6])[a-z]*:\d+(?:x\d+){1,2}$")
 _OOM = re.compile(
     r"HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)"
@@ -45,7 +51,9 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 __all__ = [
     "LIBTPU_PIN",
     "RECORDED_PROGRAMS",
+    "TPU_PROGRAMS",
     "recorded_program",
+    "tpu_program",
     "format_programs",
     "program_summary",
     "tpu_compiler_available",
@@ -142,10 +150,34 @@ def program_summary(compiled: Any) -> dict[str, Any]:
         row["bytes"] += op.bytes
     for row in kinds.values():
         row["dtypes"] = sorted(row["dtypes"])
+    examples = {}
+    for line in text.splitlines():
+        kind = _example_kind(line)
+        if kind and kind not in examples:
+            examples[kind] = _trimmed(line)
     pairs = len(re.findall(r"= [^=]*? (?:all-gather|all-reduce|collective-permute|all-to-all|"
                            r"reduce-scatter)-start\(", text))  # fmt: skip
     fused = len(re.findall(r"calls=%async_collective_fusion", text))
-    return {"collectives": kinds, "async": pairs + fused, "memory": step_memory(compiled)}
+    return {"collectives": kinds, "async": pairs + fused, "memory": step_memory(compiled),
+            "hlo": examples}  # fmt: skip
+
+
+def _example_kind(line: str) -> str | None:
+    """The collective one HLO line issues (a reduce-scatter of XLA:TPU's is the fusion that
+    calls ``%all-reduce-scatter``), or None."""
+    if "calls=%all-reduce-scatter" in line:
+        return "reduce-scatter"
+    found = re.search(r"\s(all-gather|all-reduce|reduce-scatter|collective-permute|all-to-all)"
+                      r"(?:-start)?\(", line)  # fmt: skip
+    return found.group(1) if found and " = " in line else None
+
+
+def _trimmed(line: str) -> str:
+    """An HLO line for reading: no layouts, metadata, backend configuration or channel ids."""
+    line = re.sub(r",\s*(?:metadata|backend_config|frontend_attributes)=.*$", "", line.strip())
+    line = re.sub(r"\{[0-9,]*(?::[^}]*)?\}", "", line)  # layouts such as {1,0:T(8,128)}
+    line = re.sub(r",\s*channel_id=\d+|,\s*use_global_device_ids=true", "", line)
+    return line[:300]
 
 
 def format_programs(programs: dict[str, Any]) -> str:
@@ -189,3 +221,35 @@ def recorded_program(name: str) -> dict[str, Any]:
             f"recorded_program: name={name!r} is not recorded; there are {sorted(entries)}."
         )
     return entries[name]
+
+
+def compile_tpu_program(name: str) -> Any:
+    """Compile ``TPU_PROGRAMS[name]`` with the TPU compiler here (libtpu needed)."""
+    from helpers.measuring.profile import compile_step
+
+    strategy, topology = TPU_PROGRAMS[name]
+    return compile_step(strategy, "tiny", devices=tpu_devices(topology)).compiled
+
+
+def tpu_program(name: str) -> tuple[dict[str, Any], str]:
+    """``(program_summary, where it comes from)`` of ``TPU_PROGRAMS[name]``.
+
+    On CPU devices with libtpu installed it is compiled here and now; elsewhere (no
+    libtpu, or a GPU or TPU running this process) it is read from ``RECORDED_PROGRAMS``,
+    which CI checks against a fresh compile.
+
+    Raises:
+      ValueError: ``name`` is not one of ``TPU_PROGRAMS``.
+    """
+    if name not in TPU_PROGRAMS:
+        raise ValueError(f"tpu_program: name={name!r} must be one of {sorted(TPU_PROGRAMS)}.")
+    from helpers.placing.devices import on_cpu
+
+    if tpu_compiler_available() and on_cpu():
+        from importlib.metadata import version
+
+        summary = program_summary(compile_tpu_program(name))
+        return summary, f"compiled here by the TPU compiler, libtpu {version('libtpu')}"
+    record = json.loads(RECORDED_PROGRAMS.read_text(encoding="utf-8"))
+    made = f"{record['date']}, libtpu {record['versions']['libtpu']}"
+    return record["programs"][name]["summary"], f"recorded by .ci/record_tpu_programs.py ({made})"
