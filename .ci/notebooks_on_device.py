@@ -11,7 +11,12 @@ one notebook per child process, each under a time limit, with ``HELPERS_REAL_DEV
     python3 .ci/notebooks_on_device.py --out /tmp/nb --simulated 01   # here, on CPU devices
 
 ``--keep-going`` runs the cells after a failing one too (to list every failure in one
-call; later failures may follow from the first). What comes back: ``notebooks.json`` (per
+call; later failures may follow from the first). ``--one-process`` runs the notebooks one
+after another in one process, each in a fresh IPython shell and namespace, with JAX's
+configuration, the environment, the working folder and matplotlib reset between them:
+a chip takes seconds to open, and one process opens it once. A learner's kernel is a
+process of its own, so this is the faster, slightly less faithful mode; if that process
+dies, the parent starts another for the notebooks left. What comes back: ``notebooks.json`` (per
 notebook: ran to its end or not, seconds, each failing cell with its error) and
 ``notebooks-log.tar.gz`` (each notebook's printed output, cell by cell).
 """
@@ -45,8 +50,9 @@ def _shell() -> Any:
     return InteractiveShell.instance()
 
 
-def run_cells(source: Path, record: Path, keep_going: bool) -> int:
-    """Run ``source``'s code cells in one namespace; one JSON line per cell into ``record``."""
+def run_cells(source: Path, record: Path, keep_going: bool, limit: float = 0) -> int:
+    """Run ``source``'s code cells in one namespace; one JSON line per cell into ``record``.
+    With ``limit`` (seconds), a notebook still running past it stops at its next cell."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -54,7 +60,7 @@ def run_cells(source: Path, record: Path, keep_going: bool) -> int:
 
     os.chdir(SOURCES.parent)
     shell, namespace = _shell(), {"__name__": "__main__"}
-    failed = 0
+    failed, start = 0, time.perf_counter()
     with open(record, "w", encoding="utf-8") as rec:
         for i, cell in enumerate(code_cells(source.read_text(encoding="utf-8")), 1):
             first = next((s for s in cell.splitlines() if s.strip()), "")
@@ -70,7 +76,39 @@ def run_cells(source: Path, record: Path, keep_going: bool) -> int:
             plt.close("all")
             if error and not keep_going:
                 break
+            if limit and time.perf_counter() - start > limit:
+                rec.write(json.dumps({"cell": i + 1, "first_line": "", "seconds": 0.0,
+                                      "error": f"timeout: stopped after {limit:.0f} s"}) + "\n")  # fmt: skip
+                failed += 1
+                break
     return 1 if failed else 0
+
+
+def run_many(sources: list[Path], out: Path, keep_going: bool, limit: float) -> int:
+    """``--one-process``: each notebook in a fresh shell, the process's state reset between."""
+    import gc
+
+    import jax
+    from IPython.core.interactiveshell import InteractiveShell
+
+    environ, config = dict(os.environ), dict(jax.config.values)
+    for source in sources:
+        InteractiveShell.clear_instance()
+        print(f"\n===== {source.stem}", flush=True)
+        t0 = time.perf_counter()
+        rc = run_cells(source, out / f"{source.stem}.cells.jsonl", keep_going, limit)
+        (out / f"{source.stem}.done").write_text(f"{rc} {time.perf_counter() - t0:.1f}\n")
+        os.environ.clear()
+        os.environ.update(environ)
+        for key, value in config.items():
+            if jax.config.values.get(key) != value:
+                try:
+                    jax.config.update(key, value)
+                except Exception:  # noqa: BLE001 - some settings are fixed once JAX started
+                    pass
+        jax.clear_caches()
+        gc.collect()
+    return 0
 
 
 def _run_one(shell: Any, namespace: dict[str, Any], cell: str, i: int) -> str | None:
@@ -110,7 +148,10 @@ def run_all(args: argparse.Namespace) -> int:
         env.pop("HELPERS_REAL_DEVICES", None)
     else:
         env["HELPERS_REAL_DEVICES"] = "1"
-    report: dict[str, Any] = {"real_devices": not args.simulated, "notebooks": {}}
+    report: dict[str, Any] = {"real_devices": not args.simulated, "notebooks": {},
+                              "one_process": args.one_process}  # fmt: skip
+    if args.one_process:
+        return _report(out, report, _one_process(args, out, env))
     start, logs = time.perf_counter(), []
     for nb in _notebooks(args.names):
         left = args.budget - (time.perf_counter() - start)
@@ -131,11 +172,54 @@ def run_all(args: argparse.Namespace) -> int:
         print(f"{nb.stem:<32} {status:<16} {time.perf_counter() - t0:6.1f} s  "
               + (bad[0]["error"][:110] if bad else ""), flush=True)  # fmt: skip
         logs += [log, record]
+    return _report(out, report, logs)
+
+
+def _one_process(args: argparse.Namespace, out: Path, env: dict[str, str]) -> list[Path]:
+    """Run the notebooks in as few processes as possible; fill ``report`` from their files."""
+    left, start, logs, n = _notebooks(args.names), time.perf_counter(), [], 0
+    while left:
+        budget = args.budget - (time.perf_counter() - start)
+        if budget < 20:
+            break
+        n += 1
+        log = out / f"process-{n}.log"
+        cmd = [sys.executable, __file__, "--many", *[str(p) for p in left], "--out", str(out),
+               "--limit", str(args.limit)] + ["--keep-going"] * args.keep_going  # fmt: skip
+        with open(log, "w", encoding="utf-8") as f:
+            rc = _limited(cmd, budget, f, env)
+        logs.append(log)
+        done = [p for p in left if (out / f"{p.stem}.done").exists()]
+        if len(done) < len(left) and rc != "timeout":  # the process died inside a notebook
+            died = left[len(done)]
+            (out / f"{died.stem}.done").write_text(f"died ({rc}) 0\n")
+            done.append(died)
+        left = [p for p in left if p not in done]
+        if rc == "timeout":
+            break
+    return logs
+
+
+def _report(out: Path, report: dict[str, Any], logs: list[Path]) -> int:
+    for nb in _notebooks([]):
+        record, done = out / f"{nb.stem}.cells.jsonl", out / f"{nb.stem}.done"
+        if nb.stem in report["notebooks"] or not (record.exists() or done.exists()):
+            continue
+        cells = [json.loads(x) for x in record.read_text().splitlines()] if record.exists() else []
+        rc, seconds = (done.read_text().split() + ["?", "0"])[:2] if done.exists() else ("timeout", "0")
+        bad = [c for c in cells if "error" in c]
+        status = "ran to its end" if rc == "0" and cells else f"failed ({rc})"
+        report["notebooks"][nb.stem] = {"status": status, "seconds": float(seconds),
+                                        "cells_run": len(cells), "failures": bad}  # fmt: skip
+        print(f"{nb.stem:<32} {status:<16} {float(seconds):6.1f} s  "
+              + (bad[0]["error"][:110] if bad else ""), flush=True)  # fmt: skip
+        logs += [record] + ([done] if done.exists() else [])
     (out / "notebooks.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     with tarfile.open(out / "notebooks-log.tar.gz", "w:gz") as tar:
         for p in logs:
-            tar.add(p, arcname=p.name)
-            p.unlink()
+            if p.exists():
+                tar.add(p, arcname=p.name)
+                p.unlink()
     ok = sum(v["status"] == "ran to its end" for v in report["notebooks"].values())
     print(f"{ok} of {len(report['notebooks'])} notebooks ran to their end")
     return 0 if ok == len(report["notebooks"]) else 1
@@ -164,9 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--simulated", action="store_true", help="simulated CPU devices instead")
     ap.add_argument("--limit", type=float, default=150, help="seconds per notebook")
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole call")
+    ap.add_argument("--one-process", action="store_true", help="all notebooks in one process")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--many", type=Path, nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.many:
+        return run_many(args.many, args.out, args.keep_going, args.limit)
     if args.child:
         return run_cells(args.child, args.out / f"{args.child.stem}.cells.jsonl", args.keep_going)
     return run_all(args)

@@ -322,6 +322,7 @@ _LAZY_MODULES = {
         "mfu_note",
         "program_fingerprint",
         "projection_base",
+        "reference_measurement",
         "report_dict",
     ),
     "helpers.drawing.draw_profile": (
@@ -686,6 +687,7 @@ __all__ = [
     "mfu_note",
     "program_fingerprint",
     "projection_base",
+    "reference_measurement",
     "report_dict",
     # drawing/draw
     "device_color",

@@ -131,6 +131,7 @@ __all__ = [
     "model_of",
     "program_fingerprint",
     "projection_base",
+    "reference_measurement",
     "ratio_range",
     "report_dict",
     "resolve_preset",
@@ -823,6 +824,27 @@ class ProjectionBase:
 
 
 REFERENCE_GPU = "NVIDIA H100 80GB HBM3"
+
+
+def reference_measurement(chip: str = "tpu_v5e") -> dict[str, Any]:
+    """A profile measured on a real accelerator and committed with the package
+    (``helpers/measuring/reference_<chip>.json``, written by ``.ci/accelerator_reference.py
+    --collect``): the chip, the date, the versions, each model's profile, the levers, the
+    trace, and what that call did not measure.
+
+    Raises:
+      ValueError: no reference is recorded for ``chip`` (the message lists those that are).
+    """
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    path = here / f"reference_{chip}.json"
+    if not isinstance(chip, str) or not path.exists():
+        have = sorted(p.stem.removeprefix("reference_") for p in here.glob("reference_*.json"))
+        raise ValueError(
+            f"reference_measurement: chip={chip!r} has no reference; there are {have}."
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def projection_base(

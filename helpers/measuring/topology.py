@@ -150,10 +150,12 @@ def program_summary(compiled: Any) -> dict[str, Any]:
         row["bytes"] += op.bytes
     for row in kinds.values():
         row["dtypes"] = sorted(row["dtypes"])
-    examples = {}
+    examples, comp = {}, ""
     for line in text.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            comp = line.split()[1] if line.startswith("ENTRY") else line.split()[0]
         kind = _example_kind(line)
-        if kind and kind not in examples:
+        if kind and kind not in examples and not comp.startswith("%all-reduce-scatter"):
             examples[kind] = _trimmed(line)
     pairs = len(re.findall(r"= [^=]*? (?:all-gather|all-reduce|collective-permute|all-to-all|"
                            r"reduce-scatter)-start\(", text))  # fmt: skip
@@ -175,7 +177,7 @@ def _example_kind(line: str) -> str | None:
 def _trimmed(line: str) -> str:
     """An HLO line for reading: no layouts, metadata, backend configuration or channel ids."""
     line = re.sub(r",\s*(?:metadata|backend_config|frontend_attributes)=.*$", "", line.strip())
-    line = re.sub(r"\{[0-9,]*(?::[^}]*)?\}", "", line)  # layouts such as {1,0:T(8,128)}
+    line = re.sub(r"(?<=\])\{[0-9,]*(?::[^}]*)?\}", "", line)  # layouts: f32[8,4]{1,0:T(8,128)}
     line = re.sub(r",\s*channel_id=\d+|,\s*use_global_device_ids=true", "", line)
     return line[:300]
 
