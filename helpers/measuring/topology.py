@@ -36,11 +36,14 @@ LIBTPU_PIN = "libtpu==0.0.42.1"
 #: the topology, the versions and how it was made. CI's pinned entry, which has libtpu,
 #: compiles the small ones again and checks they still match (tests/test_topology.py).
 RECORDED_PROGRAMS = Path(__file__).with_name("tpu_programs.json")
-#: The series' steps the notebooks set beside XLA:CPU's: name -> (strategy, topology),
-#: each compiled by ``compile_step(strategy, "tiny", devices=tpu_devices(topology))``.
-TPU_PROGRAMS: dict[str, tuple[str, str]] = {
-    "dp, tiny preset, v5e:2x4": ("dp", "v5e:2x4"),
-    "fsdp, tiny preset, v5e:2x4": ("fsdp", "v5e:2x4"),
+#: The series' steps the notebooks set beside XLA:CPU's: name -> (strategy, topology, and
+#: more keyword arguments of ``compile_step``), each compiled by
+#: ``compile_step(strategy, preset, devices=tpu_devices(topology), **kwargs)`` with the
+#: ``tiny`` preset unless the entry names another. Add an entry, then run
+#: ``python .ci/record_tpu_programs.py --small`` to record it.
+TPU_PROGRAMS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "dp, tiny preset, v5e:2x4": ("dp", "v5e:2x4", {}),
+    "fsdp, tiny preset, v5e:2x4": ("fsdp", "v5e:2x4", {}),
 }
 _TOPOLOGY = re.compile(r"^v(?:[2-6])[a-z]*:\d+(?:x\d+){1,2}$")
 _OOM = re.compile(
@@ -229,8 +232,9 @@ def compile_tpu_program(name: str) -> Any:
     """Compile ``TPU_PROGRAMS[name]`` with the TPU compiler here (libtpu needed)."""
     from helpers.measuring.profile import compile_step
 
-    strategy, topology = TPU_PROGRAMS[name]
-    return compile_step(strategy, "tiny", devices=tpu_devices(topology)).compiled
+    strategy, topology, kwargs = TPU_PROGRAMS[name]
+    kwargs = {"preset": "tiny", **kwargs}
+    return compile_step(strategy, devices=tpu_devices(topology), **kwargs).compiled
 
 
 def tpu_program(name: str) -> tuple[dict[str, Any], str]:
