@@ -39,6 +39,57 @@ def test_free_loopback_port_can_be_bound_on_loopback():
         s.bind(("127.0.0.1", port))
 
 
+def test_loopback_sockets_work_where_a_listener_takes_a_connection(monkeypatch):
+    monkeypatch.delenv("HELPERS_ASSUME_NO_SOCKETS", raising=False)
+    ok, why = launcher.loopback_sockets_work()
+    assert ok is True and why == "TCP sockets work on 127.0.0.1: a listener there took a connection"
+
+
+def test_loopback_sockets_work_is_false_where_tcp_sockets_are_refused(monkeypatch):
+    """As on a sandbox that refuses every TCP socket: ``socket()`` fails with errno 97."""
+    monkeypatch.delenv("HELPERS_ASSUME_NO_SOCKETS", raising=False)
+
+    def refused(*args, **kwargs):
+        raise OSError(97, "Address family not supported by protocol")
+
+    monkeypatch.setattr(socket, "socket", refused)
+    ok, why = launcher.loopback_sockets_work()
+    assert ok is False
+    assert why == (
+        "this machine refuses TCP sockets on 127.0.0.1 "
+        "([Errno 97] Address family not supported by protocol)"
+    )
+
+
+def test_loopback_sockets_work_is_false_where_the_listener_is_unreachable(monkeypatch):
+    """A socket opens and binds, but nothing connects to it (a network namespace with its
+    loopback interface down)."""
+    monkeypatch.delenv("HELPERS_ASSUME_NO_SOCKETS", raising=False)
+
+    def unreachable(*args, **kwargs):
+        raise OSError(101, "Network is unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    ok, why = launcher.loopback_sockets_work()
+    assert ok is False and why.endswith("([Errno 101] Network is unreachable)")
+
+
+def test_loopback_sockets_work_is_false_without_trying_when_told_to_assume_so(monkeypatch):
+    def touched(*args, **kwargs):
+        raise AssertionError("no socket may be opened")
+
+    monkeypatch.setattr(socket, "socket", touched)
+    monkeypatch.setenv("HELPERS_ASSUME_NO_SOCKETS", "1")
+    ok, why = launcher.loopback_sockets_work()
+    assert ok is False and why.startswith("HELPERS_ASSUME_NO_SOCKETS=1")
+    monkeypatch.setenv("HELPERS_ASSUME_NO_SOCKETS", "0")  # only "1" means it: "0" tries
+    with pytest.raises(AssertionError, match="no socket may be opened"):
+        launcher.loopback_sockets_work()
+    from helpers import loopback_sockets_work
+
+    assert loopback_sockets_work is launcher.loopback_sockets_work
+
+
 def test_local_env_is_cpu_unbuffered_without_proxies(monkeypatch):
     monkeypatch.setenv("https_proxy", "http://proxy.invalid:1")
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")

@@ -11,6 +11,8 @@ drill), and, however the call ends, ends every process it started by its pid.
   simulated CPU devices each, its coordinator on a free port of 127.0.0.1.
 - ``launch_single(K, args)``: the script as a single process holding ``K`` devices.
 - ``load_results(path)``: what a run's ``--out`` file holds.
+- ``loopback_sockets_work()``: whether this machine lets processes talk over TCP on
+  127.0.0.1 at all (some sandboxes refuse every TCP socket), and a sentence why (not).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "launch_single",
     "load_results",
     "local_env",
+    "loopback_sockets_work",
     "pid_alive",
     "script_command",
     "single_command",
@@ -47,6 +50,9 @@ __all__ = [
 ]
 
 LOOPBACK = "127.0.0.1"
+#: ``HELPERS_ASSUME_NO_SOCKETS=1`` makes ``loopback_sockets_work`` answer no without trying,
+#: to rehearse, where sockets work, what notebook 05 does on a machine that refuses them.
+_ASSUME_NO_SOCKETS = "HELPERS_ASSUME_NO_SOCKETS"
 
 
 def _is_chatter(line: str) -> bool:
@@ -187,6 +193,33 @@ def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
+
+
+def loopback_sockets_work(timeout_s: float = 5.0) -> tuple[bool, str]:
+    """Whether TCP sockets work on 127.0.0.1 here, with a sentence that says so, or why not.
+
+    A local job needs them: JAX's coordinator and gloo talk over TCP on loopback. This
+    listens on a free port of 127.0.0.1 and connects to it. Some sandboxes refuse every TCP
+    socket, even on loopback (``socket()`` fails with errno 97, EAFNOSUPPORT; unix sockets
+    still work); there, and wherever the listener takes no connection, it is ``False``.
+    With ``$HELPERS_ASSUME_NO_SOCKETS=1`` it is ``False`` without trying (to rehearse that
+    case where sockets work). Like ``slurm_ready``, it returns a pair: unpack it
+    (``ok, why = loopback_sockets_work()``), since a pair is always true.
+    """
+    if os.environ.get(_ASSUME_NO_SOCKETS, "") == "1":
+        return False, f"{_ASSUME_NO_SOCKETS}=1: acting as if TCP sockets were refused here"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+            listener.bind((LOOPBACK, 0))
+            listener.listen(1)
+            listener.settimeout(timeout_s)
+            port = listener.getsockname()[1]
+            with socket.create_connection((LOOPBACK, port), timeout=timeout_s):
+                accepted, _ = listener.accept()
+                accepted.close()
+    except OSError as err:  # refused, unreachable or timed out: no job can run here
+        return False, f"this machine refuses TCP sockets on {LOOPBACK} ({err})"
+    return True, f"TCP sockets work on {LOOPBACK}: a listener there took a connection"
 
 
 def pid_alive(pid: int) -> bool:
