@@ -278,6 +278,7 @@ class CollectiveOp:
 
 
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_CHANNEL = re.compile(r"channel_id=(\d+)")
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
@@ -293,7 +294,9 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
     """Every collective op of a compiled step, in program order, with what it moves and why.
 
     Accepts the compiled object (``jax.jit(f).lower(...).compile()``) or its ``as_text()``.
-    An async ``-start``/``-done`` pair is one op. An op inside a ``while`` loop (a
+    An async ``-start``/``-done`` pair is one op, and so are the copies of one collective
+    (one ``channel_id``) that XLA:TPU writes into each fused computation it overlaps with.
+    An op inside a ``while`` loop (a
     ``lax.scan``, ``nn.scan`` or ``fori_loop``) has ``runs`` set to the loop's trip count,
     when XLA knows it.
     """
@@ -336,7 +339,7 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
         found = _OP_NAME.search(entry[4]) if entry else None
         return found.group(1) if found else fallback
 
-    out = []
+    out, seen = [], set()
     for name in order:
         comp, type_text, op, args, attrs = instrs[name]
         if op in COLLECTIVES:
@@ -346,6 +349,8 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
             start = instrs.get(args.strip().lstrip("%").split(",")[0].strip())
             op_attrs, op_args = (start[4], start[3]) if start else (attrs, "")
         else:
+            continue
+        if not _first_of_channel(kind, op_attrs, seen):
             continue
         n = _group_size(op_attrs, num_partitions)
         kind, arrays, op_attrs = _full_size(kind, _arrays(type_text), n, comp, op_attrs, called_by)
@@ -360,6 +365,18 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
             CollectiveOp(kind, tuple(arrays), n, tuple(sources), runs(comp), moves, fallback)
         )
     return out
+
+
+def _first_of_channel(kind: str, attrs: str, seen: set[tuple[str, str]]) -> bool:
+    """False for a copy of a collective already counted: XLA:TPU writes one collective into
+    each fused computation that overlaps it, each copy with the same ``channel_id``."""
+    channel = _CHANNEL.search(attrs)
+    if channel is None:
+        return True
+    if (kind, channel.group(1)) in seen:
+        return False
+    seen.add((kind, channel.group(1)))
+    return True
 
 
 def _full_size(

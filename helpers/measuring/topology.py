@@ -21,12 +21,15 @@ here to look for (only when this process's JAX runs on CPU devices).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import json
 import re
 from pathlib import Path
 from typing import Any
+
+from helpers.placing.models import ModelConfig, TransformerConfig
 
 #: The libtpu that ``pip install "jax[tpu]==0.10.2"`` brings: the version CI compiles with.
 LIBTPU_PIN = "libtpu==0.0.42.1"
@@ -36,6 +39,15 @@ LIBTPU_PIN = "libtpu==0.0.42.1"
 #: the topology, the versions and how it was made. CI's pinned entry, which has libtpu,
 #: compiles the small ones again and checks they still match (tests/test_topology.py).
 RECORDED_PROGRAMS = Path(__file__).with_name("tpu_programs.json")
+#: Notebook 03's MLP as it is with 8 devices (``batch``: sequences per chip).
+_NB03 = ModelConfig(d_model=128, d_ff=512, n_layers=2, n_classes=16, batch=4, seq=8)
+_NB03_DEEP = dataclasses.replace(_NB03, n_layers=4)
+_NB03_REMAT = dataclasses.replace(_NB03_DEEP, remat=True)  # nn.remat on every block
+#: Notebook 07's MLP as it is with 8 devices (``batch``: sequences per chip).
+_NB07 = ModelConfig(d_model=64, d_ff=256, n_layers=4, n_classes=8, batch=2, seq=4)
+#: Notebook 08's Transformer as it is with 8 devices (``batch``: sequences per chip).
+_NB08 = TransformerConfig(vocab_size=1003, d_model=64, n_heads=8, head_dim=16, d_ff=256,
+                          n_layers=2, batch=2, seq=32, vocab_multiple=1024)  # fmt: skip
 #: The series' steps the notebooks set beside XLA:CPU's: name -> (strategy, topology, and
 #: more keyword arguments of ``compile_step``), each compiled by
 #: ``compile_step(strategy, preset, devices=tpu_devices(topology), **kwargs)`` with the
@@ -44,7 +56,17 @@ RECORDED_PROGRAMS = Path(__file__).with_name("tpu_programs.json")
 TPU_PROGRAMS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "dp, tiny preset, v5e:2x4": ("dp", "v5e:2x4", {}),
     "fsdp, tiny preset, v5e:2x4": ("fsdp", "v5e:2x4", {}),
-}
+    # Notebooks 03 and 03b: their MLP as it is with 8 devices (batch: 4 sequences per chip).
+    "fsdp, notebook 03's MLP (2 blocks), v5e:2x4": ("fsdp", "v5e:2x4", {"preset": _NB03}),
+    "fsdp, notebook 03's MLP (4 blocks), v5e:2x4": ("fsdp", "v5e:2x4", {"preset": _NB03_DEEP}),
+    "fsdp + nn.remat, notebook 03's MLP (4 blocks), v5e:2x4": ("fsdp", "v5e:2x4", {"preset": _NB03_REMAT}),
+    "fsdp_all, notebook 03's MLP (4 blocks), v5e:2x4": ("fsdp_all", "v5e:2x4", {"preset": _NB03_DEEP}),
+    # Notebook 07: its MLP as it is with 8 devices.
+    "fsdp, notebook 07's MLP, v5e:2x4": ("fsdp", "v5e:2x4", {"preset": _NB07}),
+    # Notebook 08: its Transformer as it is with 8 devices (tp_sp: the whole batch per chip).
+    "fsdp, notebook 08's Transformer, v5e:2x4": ("fsdp", "v5e:2x4", {"preset": _NB08}),
+    "tp_sp, notebook 08's Transformer, v5e:2x4": ("tp_sp", "v5e:2x4", {"preset": _NB08, "mesh_shape": (1, 8), "batch_per_device": 16}),
+}  # fmt: skip
 _TOPOLOGY = re.compile(r"^v(?:[2-6])[a-z]*:\d+(?:x\d+){1,2}$")
 _OOM = re.compile(
     r"HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)"
@@ -55,6 +77,7 @@ __all__ = [
     "LIBTPU_PIN",
     "RECORDED_PROGRAMS",
     "TPU_PROGRAMS",
+    "compile_tpu_program",
     "recorded_program",
     "tpu_program",
     "format_programs",
@@ -134,8 +157,8 @@ def program_summary(compiled: Any) -> dict[str, Any]:
     ``collectives``: per kind, ``ops`` by phase (``forward``, ``backward``, ``other``, from
     the JAX operation each came from: ``transpose(...)`` is the backward pass), ``arrays``,
     the element ``dtypes`` it moves and the full size in ``bytes``; ``async``: collectives
-    issued as an async ``-start``/``-done`` pair or fused into the computation that reads
-    them (XLA:TPU's ``async_collective_fusion``); ``memory``: ``step_memory``.
+    issued as an async ``-start``/``-done`` pair, or started inside a fused computation
+    that runs beside them (XLA:TPU's ``AsyncCollectiveStart``); ``memory``: ``step_memory``.
     """
     from helpers.measuring.measure import _phase, collective_ops, step_memory
 
@@ -162,7 +185,7 @@ def program_summary(compiled: Any) -> dict[str, Any]:
             examples[kind] = _trimmed(line)
     pairs = len(re.findall(r"= [^=]*? (?:all-gather|all-reduce|collective-permute|all-to-all|"
                            r"reduce-scatter)-start\(", text))  # fmt: skip
-    fused = len(re.findall(r"calls=%async_collective_fusion", text))
+    fused = len(re.findall(r'custom_call_target="AsyncCollectiveStart"', text))
     return {"collectives": kinds, "async": pairs + fused, "memory": step_memory(compiled),
             "hlo": examples}  # fmt: skip
 
