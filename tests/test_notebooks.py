@@ -307,3 +307,27 @@ def test_ruff_clean():
         timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# Issue 52: a claim is printed by a cell, cited with a link, or deleted. These phrases mark
+# a result the learner cannot see (another run, another version, a run "we" made).
+UNSEEN_RUNS_EN = re.compile(
+    r"not\s+shown\s+here|when\s+we\s+ran|seen\s+in\s+the\s+version\s+matrix|in\s+a\s+run\s+we\s+tried",
+    re.IGNORECASE,
+)
+UNSEEN_RUNS_ZH = re.compile(r"这里没有展示|此处未展示|我们运行时|在版本矩阵中|我们试过的一次")
+
+
+def test_no_prose_cites_a_run_the_learner_cannot_see():
+    english = [*sorted((ROOT / "notebooks" / "src").glob("*.md")), ROOT / "README.md",
+               *sorted((ROOT / "docs").glob("*.md"))]  # fmt: skip
+    chinese = [*sorted((ROOT / "notebooks" / "zh").glob("*.ipynb")), ROOT / "README.zh.md",
+               *sorted((ROOT / "docs" / "zh").glob("*.md"))]  # fmt: skip
+    found = []
+    for path, pattern in [(p, UNSEEN_RUNS_EN) for p in english] + [
+        (p, UNSEEN_RUNS_ZH) for p in chinese
+    ]:
+        text = path.read_text(encoding="utf-8")
+        for m in pattern.finditer(text):
+            found.append(f"{path.relative_to(ROOT)}: ...{text[max(0, m.start() - 60) : m.end()]!r}")
+    assert not found, "prose that cites a run the learner cannot see:\n" + "\n".join(found)
