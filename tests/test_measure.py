@@ -325,3 +325,25 @@ def test_live_memory_wants_a_compiled_step():
         live_memory(jax.jit(lambda a: a + 1))
     with pytest.raises(ValueError, match="HloModule"):
         live_memory("module @x {}")
+
+
+def test_shard_map_collectives_sharing_channel_one_are_each_counted():
+    """XLA:CPU gives every shard_map collective channel_id=1; each is a collective of its own
+    (only copies inside fused computations, XLA:TPU's, are merged by channel_id)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import collective_ops, make_mesh
+
+    mesh = make_mesh((len(jax.devices()),), ("d",))
+
+    def two_gathers(x):
+        a = jax.lax.all_gather(x, "d", tiled=True)
+        return a + jax.lax.all_gather(x * 2, "d", tiled=True).sum()
+
+    f = jax.jit(jax.shard_map(two_gathers, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    x = jax.device_put(jnp.ones((8 * len(jax.devices()),)), NamedSharding(mesh, P("d")))
+    ops = [o for o in collective_ops(f.lower(x).compile()) if o.kind == "all-gather"]
+    assert len(jax.devices()) == 1 or len(ops) == 2

@@ -350,8 +350,8 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
             op_attrs, op_args = (start[4], start[3]) if start else (attrs, "")
         else:
             continue
-        if not _first_of_channel(kind, op_attrs, seen):
-            continue
+        if comp in called_by and not _first_of_channel(kind, op_attrs, seen):
+            continue  # a copy, inside a fused computation, of a collective already counted
         n = _group_size(op_attrs, num_partitions)
         kind, arrays, op_attrs = _full_size(kind, _arrays(type_text), n, comp, op_attrs, called_by)
         own = _OP_NAME.search(op_attrs)
@@ -369,7 +369,9 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
 
 def _first_of_channel(kind: str, attrs: str, seen: set[tuple[str, str]]) -> bool:
     """False for a copy of a collective already counted: XLA:TPU writes one collective into
-    each fused computation that overlaps it, each copy with the same ``channel_id``."""
+    each fused computation that overlaps it, each copy with the same ``channel_id``. Only
+    fused computations are deduplicated: XLA:CPU gives every ``shard_map`` collective of a
+    program ``channel_id=1``, each a collective of its own."""
     channel = _CHANNEL.search(attrs)
     if channel is None:
         return True
