@@ -134,9 +134,12 @@ def _notebooks(names: list[str]) -> list[Path]:
     every = sorted(SOURCES.glob("[0-9]*.md"))
     if not names:
         return every
-    picked = [p for p in every if any(p.name.startswith(n) for n in names)]
-    if len(picked) < len(names):
-        raise SystemExit(f"notebooks_on_device: no notebook matches each of {names}")
+    picked = []  # in the order given: what matters most first, in case the budget ends
+    for n in names:
+        found = [p for p in every if p.name.startswith(n) and p not in picked]
+        if not found:
+            raise SystemExit(f"notebooks_on_device: no notebook matches {n!r}")
+        picked += found
     return picked
 
 
