@@ -136,10 +136,14 @@ def _notebooks(names: list[str]) -> list[Path]:
         return every
     picked = []  # in the order given: what matters most first, in case the budget ends
     for n in names:
-        found = [p for p in every if p.name.startswith(n) and p not in picked]
+        found = [
+            p
+            for p in every
+            if p.name.startswith(f"{n}_") or p.name.startswith(n) and n[-1:].isalpha()
+        ]
         if not found:
             raise SystemExit(f"notebooks_on_device: no notebook matches {n!r}")
-        picked += found
+        picked += [p for p in found if p not in picked]
     return picked
 
 
@@ -209,7 +213,9 @@ def _report(out: Path, report: dict[str, Any], logs: list[Path]) -> int:
         if nb.stem in report["notebooks"] or not (record.exists() or done.exists()):
             continue
         cells = [json.loads(x) for x in record.read_text().splitlines()] if record.exists() else []
-        rc, seconds = (done.read_text().split() + ["?", "0"])[:2] if done.exists() else ("timeout", "0")
+        rc, seconds = (
+            (done.read_text().split() + ["?", "0"])[:2] if done.exists() else ("timeout", "0")
+        )
         bad = [c for c in cells if "error" in c]
         status = "ran to its end" if rc == "0" and cells else f"failed ({rc})"
         report["notebooks"][nb.stem] = {"status": status, "seconds": float(seconds),
