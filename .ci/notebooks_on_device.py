@@ -199,7 +199,7 @@ def _one_process(args: argparse.Namespace, out: Path, env: dict[str, str]) -> li
         done = [p for p in left if (out / f"{p.stem}.done").exists()]
         if len(done) < len(left) and rc != "timeout":  # the process died inside a notebook
             died = left[len(done)]
-            (out / f"{died.stem}.done").write_text(f"died ({rc}) 0\n")
+            (out / f"{died.stem}.done").write_text(f"died({rc}) 0\n")
             done.append(died)
         left = [p for p in left if p not in done]
         if rc == "timeout":
