@@ -163,6 +163,14 @@ def readme_reading_times(readme: str) -> dict[str, tuple[int, int]]:
 
 
 def main() -> int:
+    unknown = [a for a in sys.argv[1:] if a not in ("--reading", "--write")]
+    if unknown or ("--write" in sys.argv[1:] and "--reading" not in sys.argv[1:]):
+        print(
+            f"notebook_stats.py: unknown or incomplete arguments {sys.argv[1:]}; usage: "
+            "notebook_stats.py [--reading [--write]] (with no argument it runs every notebook)",
+            file=sys.stderr,
+        )
+        return 2
     if "--reading" in sys.argv[1:]:
         return print_reading_times(write="--write" in sys.argv[1:])
     stats = Path(tempfile.mkdtemp()) / "stats.jsonl"

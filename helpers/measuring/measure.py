@@ -303,28 +303,7 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
     text = _hlo_text(compiled)
     m = re.search(r"num_partitions=(\d+)", text)
     num_partitions = int(m.group(1)) if m else 1
-    instrs: dict[str, tuple[str, str, str, str, str]] = {}  # name -> (comp, type, op, args, attrs)
-    order: list[str] = []
-    parent: dict[str, tuple[str, int]] = {}  # computation -> (caller computation, trips)
-    called_by: dict[str, str] = {}  # a fused computation -> the attributes of its caller
-    comp = ""
-    for line in text.splitlines():
-        if line and not line[0].isspace() and line.rstrip().endswith("{"):
-            words = line.split()
-            comp = (words[1] if words[0] == "ENTRY" and len(words) > 1 else words[0]).lstrip("%")
-            continue
-        mi = _INSTR.match(line)
-        if not mi:
-            continue
-        name, op, attrs = mi.group("name"), mi.group("op"), mi.group("attrs")
-        instrs[name] = (comp, mi.group("type"), op, mi.group("args"), attrs)
-        order.append(name)
-        for callee in re.findall(r"calls=%?([\w.\-]+)", attrs):
-            called_by[callee] = attrs
-        if op in ("while", "call"):
-            trips = _TRIP_COUNT.search(attrs)
-            for callee in re.findall(r"(?:body|to_apply)=%?([\w.\-]+)", attrs):
-                parent[callee] = (comp, int(trips.group(1)) if trips and op == "while" else 1)
+    instrs, order, parent, called_by = _parse_hlo(text)
 
     def runs(c: str) -> int:
         total, seen = 1, set()
@@ -365,6 +344,39 @@ def collective_ops(compiled: Any) -> list[CollectiveOp]:
             CollectiveOp(kind, tuple(arrays), n, tuple(sources), runs(comp), moves, fallback)
         )
     return out
+
+
+_Instr = tuple[str, str, str, str, str]  # (computation, type, op, args, attributes)
+
+
+def _parse_hlo(
+    text: str,
+) -> tuple[dict[str, _Instr], list[str], dict[str, tuple[str, int]], dict[str, str]]:
+    """The instructions of an HLO module by name, in program order; each loop or call body's
+    caller and trip count; and, for each fused computation, the attributes of its caller."""
+    instrs: dict[str, _Instr] = {}
+    order: list[str] = []
+    parent: dict[str, tuple[str, int]] = {}
+    called_by: dict[str, str] = {}
+    comp = ""
+    for line in text.splitlines():
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            words = line.split()
+            comp = (words[1] if words[0] == "ENTRY" and len(words) > 1 else words[0]).lstrip("%")
+            continue
+        mi = _INSTR.match(line)
+        if not mi:
+            continue
+        name, op, attrs = mi.group("name"), mi.group("op"), mi.group("attrs")
+        instrs[name] = (comp, mi.group("type"), op, mi.group("args"), attrs)
+        order.append(name)
+        for callee in re.findall(r"calls=%?([\w.\-]+)", attrs):
+            called_by[callee] = attrs
+        if op in ("while", "call"):
+            trips = _TRIP_COUNT.search(attrs)
+            for callee in re.findall(r"(?:body|to_apply)=%?([\w.\-]+)", attrs):
+                parent[callee] = (comp, int(trips.group(1)) if trips and op == "while" else 1)
+    return instrs, order, parent, called_by
 
 
 def _first_of_channel(kind: str, attrs: str, seen: set[tuple[str, str]]) -> bool:

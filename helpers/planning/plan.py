@@ -254,7 +254,7 @@ def format_plan(p: Plan) -> str:
     )
     rows.append(
         f"HBM               {_gb(p.hbm_bytes)}  -> {p.memory_verdict}: with the margin "
-        f"(x{p.margin:g} on gradients + activations, XLA's excess in notebook 13) it needs "
+        f"(x{p.margin:g} on gradients + activations, a heuristic: notebook 13) it needs "
         f"{need / 1e9:.1f} GB"
     )
     rows += _axis_lines(p)
