@@ -94,6 +94,20 @@ def test_live_memory_panels_stack_the_kinds_on_one_scale():
         plt.close(fig)
 
 
+def test_live_memory_legend_renames_a_kind_on_request():
+    from helpers import plot_live_memory
+
+    live = {"scan": _live([{"other": 2**20}])}
+    fig = plot_live_memory(live, labels={"other": "other (what the loop stores)"})
+    try:
+        texts = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert texts[2:4] == ["activations", "other (what the loop stores)"]
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="labels must rename some of"):
+        plot_live_memory(live, labels={"weights": "not a kind"})
+
+
 @pytest.mark.parametrize(("lives", "match"), [({}, "non-empty mapping"), ({"a": 3}, "LiveMemory")])
 def test_live_memory_plot_wants_live_memories(lives, match):
     from helpers import plot_live_memory

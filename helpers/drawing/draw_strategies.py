@@ -145,16 +145,27 @@ _KIND_COLORS = {
 _KIND_LABELS = {"gradients": "gradients (incl. reductions' in/out)"}
 
 
-def plot_live_memory(lives: Mapping[str, Any], *, title: str | None = None) -> Any:
+def plot_live_memory(
+    lives: Mapping[str, Any],
+    *,
+    title: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Any:
     """One panel per program: its temporaries alive through one step, stacked by kind.
 
     ``lives`` maps a program's name to its ``helpers.measuring.measure.LiveMemory``
     (``live_memory(compiled)``). The x axis is the position in the step's schedule, from
     the first instruction to the last (programs of different lengths share it); a dashed
     line marks XLA's own temp size where the ``LiveMemory`` has it.
-    The panels share their y axis, in one unit, so that heights compare. Returns the Figure;
+    The panels share their y axis, in one unit, so that heights compare. ``labels`` renames
+    kinds in the legend (say, what "other" holds in these programs). Returns the Figure;
     its Axes are the panels, in the order of ``lives``.
     """
+    if labels is not None and not set(labels) <= set(_KIND_COLORS):
+        raise ValueError(
+            f"plot_live_memory: labels must rename some of {list(_KIND_COLORS)}, got "
+            f"{sorted(labels)}."
+        )
     if not isinstance(lives, Mapping) or not lives:
         raise ValueError(
             "plot_live_memory: lives must be a non-empty mapping of program name to "
@@ -178,10 +189,11 @@ def plot_live_memory(lives: Mapping[str, Any], *, title: str | None = None) -> A
         _live_panel(ax, name, live, size, unit)
         ax.set_ylim(0, top / size * 1.15)
     axes[-1].set_xlabel("position in the step's schedule (first instruction to last)")
-    labels = [_KIND_LABELS.get(k, k) for k in _KIND_COLORS] + ["XLA's temp size"]
+    names = {**_KIND_LABELS, **(labels or {})}
+    legend = [names.get(k, k) for k in _KIND_COLORS] + ["XLA's temp size"]
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _KIND_COLORS.values()]
     handles.append(plt.Line2D([], [], color="0.2", ls="--", lw=1))
-    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=9.5, frameon=False)
+    fig.legend(handles, legend, loc="outside lower center", ncol=3, fontsize=9.5, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11.5)
     return fig
