@@ -51,7 +51,8 @@ def test_the_key_names_every_run_and_marks_those_that_did_not_fit_in_red(runs_fi
         red = matplotlib.colors.to_hex(name.get_color()) == "#b22222"
         assert red == (row["outcome"] != "trained"), row["key"]
         if row["outcome"] != "trained":
-            assert "planner: out of memory" in name.get_text()
+            assert row["memory_verdict"] != "fits"
+            assert f"planner: {row['memory_verdict']}" in name.get_text()
 
 
 def test_no_text_overlaps_another_and_none_is_under_9_points(runs_figure) -> None:

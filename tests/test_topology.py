@@ -88,6 +88,28 @@ def test_a_program_too_big_for_the_chip_is_refused_with_what_it_needed():
     assert tpu_out_of_memory(ValueError("something else")) is None
 
 
+@needs_libtpu
+@pytest.mark.parametrize(
+    ("topology", "key"), [("v5e:1x1", "tpu-v5e"), ("v5p:2x2x1", "tpu-v5p"), ("v6e:1x1", "tpu-v6e")]
+)
+def test_the_planners_tpu_hbm_is_what_the_compiler_says_is_available(topology, key):
+    """helpers.planning.hardware's TPU bytes are the compiler's 'available HBM' on one chip
+    (it prints two decimals of GiB), not Google's round 16/95/32 GB."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers.planning.hardware import HARDWARE
+
+    mesh = make_mesh((1,), ("data",), devices=tpu_devices(topology)[:1])
+    x = jax.ShapeDtypeStruct((300_000,), jnp.float32, sharding=NamedSharding(mesh, P()))
+    with pytest.raises(Exception) as caught:  # noqa: B017 - XLA's error class is not public
+        jax.jit(lambda v: (jnp.sort(jnp.outer(v, v), axis=0)[::7] * 3).sum()).lower(x).compile()
+    _, have = tpu_out_of_memory(caught.value)
+    assert abs(have - HARDWARE[key].hbm_bytes) <= 0.005 * 2**30, (have, HARDWARE[key].hbm_bytes)
+
+
 def test_libtpu_is_quieted_only_where_no_tpu_shows(monkeypatch):
     from helpers import compat
 

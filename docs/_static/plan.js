@@ -295,7 +295,7 @@ def planner_info():
     return json.dumps({
         "models": list(NAMED_MODELS), "remats": list(REMATS), "precisions": list(PRECISIONS),
         "margin": ACTIVATION_MARGIN, "python": sys.version.split()[0],
-        "hardware": {k: {"name": h.name, "hbm_gb": round(h.hbm_bytes / 1e9)}
+        "hardware": {k: {"name": h.name, "hbm_gb": round(h.hbm_bytes / 1e9, 1)}
                      for k, h in HARDWARE.items()},
     })
 

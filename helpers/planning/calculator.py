@@ -56,7 +56,7 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
             ax.barh(row, gb, left=left, color=PART_COLORS[part], label=part if row == 0 else None)
             left += gb
     hbm = max(p.hbm_bytes for p in plans) / 1e9
-    ax.axvline(hbm, color="black", linestyle="--", linewidth=1.2, label=f"HBM {hbm:.0f} GB")
+    ax.axvline(hbm, color="black", linestyle="--", linewidth=1.2, label=f"HBM {hbm:.1f} GB")
     for row, p in enumerate(plans):  # how far the margin reaches past each bar
         extra = (p.margin - 1) * (p.per_device_bytes["grads"] + p.per_device_bytes["activations"])
         total = p.per_device_bytes["total"] / 1e9

@@ -29,6 +29,23 @@ measured 668.4). It is the best rate that search found on the chip, so the plann
 runs every matmul at it rather than at a datasheet peak no matmul reaches; the MFU is still
 counted against the datasheet peak, as every published MFU is. Where no
 measurement is published (V100, TPUs) the peak stands in, and the plan says so.
+
+**HBM: what the device reports, not the marketing figure.** ``hbm_bytes`` is the capacity
+the device itself reports, in bytes; ``hbm_marketed`` keeps the vendor's round figure
+(decimal GB as printed, often close to GiB), and ``hbm_source`` says where the bytes come
+from. An "80 GB" H100 reports 81,559 MiB (85.52e9 bytes) to ``nvidia-smi``, 6.9% more than
+80e9: NVIDIA's figure is a round number, not a count of bytes (Modal's table of NVML's
+totals, thundergolfer.com/blog/nvidia-gpu-memory-capacity; the same bytes, 85,520,809,984,
+in modal-labs/modal-client pull request 2797). For a GPU this is NVML's total
+(``nvidia-smi --query-gpu=memory.total``); CUDA's ``totalGlobalMem`` is a few hundred MiB
+less (178.35 GiB against nvidia-smi's 179.06 on a B200, pytorch/ao pull request 4002), and
+the CUDA context, NCCL's buffers and the allocator's fragments take more: the planner's
+margin, not these bytes, keeps room for them. For a TPU it is what XLA may use on
+one chip: the compiler's "available HBM" (libtpu's refusal of a program that does not fit,
+``helpers.measuring.topology.tpu_out_of_memory``; ``tests/test_topology.py`` compiles one
+for each TPU here), a little under the GiB Google quotes for v5e and v6e. On a chip,
+``jax.Device.memory_stats()['bytes_limit']`` is the figure to read; a v5e chip's run in issue
+51 ("14.7 GiB of the chip's 15.75") agrees, v5p and v6e were not read on a chip here.
 """
 
 from __future__ import annotations
@@ -46,7 +63,10 @@ class Hardware:
     """One accelerator and its node: dense bf16 peak and measured matmul rate (FLOP/s),
     HBM (bytes, bytes/s), one-way bandwidth per device inside a node (``link_bw``, over
     ``per_node`` devices) and out of a node (``node_bw``: all its NICs; None: one tier),
-    NCCL-style latencies, and the sources of every figure."""
+    NCCL-style latencies, and the sources of every figure. ``hbm_bytes`` is the capacity the
+    device reports (see the module: NVML's total for a GPU, the compiler's available bytes
+    for a TPU), ``hbm_marketed`` the vendor's round figure (bytes, as decimal GB), and
+    ``hbm_source`` where each comes from."""
 
     name: str
     peak_flops: float
@@ -60,6 +80,8 @@ class Hardware:
     latency: tuple[float, float, float] = cost_model.NCCL_RING_LATENCY
     cross_node: str = DEFAULT_CROSS_NODE
     max_devices: int = 0
+    hbm_marketed: float = 0.0
+    hbm_source: str = ""
 
     def __post_init__(self) -> None:
         if not self.matmul_flops:
@@ -93,81 +115,114 @@ def _peak(kind: str) -> float:
 
 _MAMF = "MAMF: github.com/stas00/ml-engineering compute/accelerator/README.md"
 _DGX_H100 = "DGX H100/H200: 8 GPUs, 8x 400 Gb/s ConnectX-7 (400 GB/s out of a node)"
+_MIB, _GIB = 2**20, 2**30
+#: Modal's table of the totals NVML reports (nvidia-smi), beside NVIDIA's product sizes.
+_MODAL = "nvidia-smi's total, Modal's table (thundergolfer.com/blog/nvidia-gpu-memory-capacity)"
+#: What libtpu's compiler (0.0.42.1) says is available on one chip when it refuses a program
+#: too big for it ("exceeds available HBM (15.75G)", G = 2**30, two decimals).
+_XLA_TPU = "libtpu 0.0.42.1's compiler, 'available HBM' on one chip"
 
 HARDWARE: dict[str, Hardware] = {
     "h100": Hardware(
-        "H100 SXM", _peak("H100"), 80e9, cost_model.NVLINK4, 8, cost_model.DGX_H100_NODE,
-        "NVIDIA H100 datasheet: 1,979 TFLOPS bf16 with sparsity (989 dense), 80 GB HBM3 at "
-        f"3.35 TB/s, NVLink 900 GB/s (450 each way); {_DGX_H100}; {_MAMF}: 794.5 TFLOPS",
-        matmul_flops=794.5e12, hbm_bw=cost_model.HBM_BANDWIDTH["H100 SXM"],
+        "H100 SXM", _peak("H100"), 81559 * _MIB, cost_model.NVLINK4, 8, cost_model.DGX_H100_NODE,
+        "NVIDIA H100 datasheet: 1,979 TFLOPS bf16 with sparsity (989 dense), 80 GB HBM3 "
+        f"(marketed) at 3.35 TB/s, NVLink 900 GB/s (450 each way); {_DGX_H100}; {_MAMF}: "
+        "794.5 TFLOPS",
+        matmul_flops=794.5e12, hbm_bw=cost_model.HBM_BANDWIDTH["H100 SXM"], hbm_marketed=80e9,
+        hbm_source=f"81,559 MiB (85.52e9 bytes), {_MODAL}; 85,520,809,984 bytes in "
+        "modal-labs/modal-client pull request 2797; NVIDIA markets 80 GB",
     ),
     "h200": Hardware(
-        "H200 SXM", _peak("H200"), 141e9, cost_model.NVLINK4, 8, cost_model.DGX_H100_NODE,
-        "NVIDIA H200 datasheet: 1,979 TFLOPS bf16 with sparsity (989 dense), 141 GB HBM3e at "
-        f"4.8 TB/s, NVLink 900 GB/s; {_DGX_H100}; {_MAMF}: 'H200 is the same' as H100, 794.5",
-        matmul_flops=794.5e12, hbm_bw=cost_model.HBM_BANDWIDTH["H200 SXM"],
+        "H200 SXM", _peak("H200"), 143771 * _MIB, cost_model.NVLINK4, 8,
+        cost_model.DGX_H100_NODE,
+        "NVIDIA H200 datasheet: 1,979 TFLOPS bf16 with sparsity (989 dense), 141 GB HBM3e "
+        f"(marketed) at 4.8 TB/s, NVLink 900 GB/s; {_DGX_H100}; {_MAMF}: 'H200 is the same' as "
+        "H100, 794.5",
+        matmul_flops=794.5e12, hbm_bw=cost_model.HBM_BANDWIDTH["H200 SXM"], hbm_marketed=141e9,
+        hbm_source=f"143,771 MiB (150.75e9 bytes), {_MODAL}; NVIDIA markets 141 GB",
     ),
     "a100-80gb": Hardware(
-        "A100 SXM 80GB", _peak("A100"), 80e9, cost_model.NVLINK3, 8, 8 * 25e9,
-        "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, 80 GB HBM2e at 2,039 GB/s, NVLink 600 "
-        f"GB/s (300 each way); DGX A100: 8x 200 Gb/s HDR InfiniBand (200 GB/s out); {_MAMF}: "
-        "271.2 TFLOPS",
-        matmul_flops=271.2e12, hbm_bw=cost_model.HBM_BANDWIDTH["A100"],
+        "A100 SXM 80GB", _peak("A100"), 81920 * _MIB, cost_model.NVLINK3, 8, 8 * 25e9,
+        "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, 80 GB HBM2e (marketed) at 2,039 GB/s, "
+        "NVLink 600 GB/s (300 each way); DGX A100: 8x 200 Gb/s HDR InfiniBand (200 GB/s out); "
+        f"{_MAMF}: 271.2 TFLOPS",
+        matmul_flops=271.2e12, hbm_bw=cost_model.HBM_BANDWIDTH["A100"], hbm_marketed=80e9,
+        hbm_source=f"81,920 MiB (80 GiB, 85.90e9 bytes), {_MODAL}; NVIDIA markets 80 GB",
     ),
     "a100-40gb": Hardware(
-        "A100 SXM 40GB", _peak("A100"), 40e9, cost_model.NVLINK3, 8, 8 * 25e9,
-        "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, 40 GB HBM2 at 1,555 GB/s, NVLink 600 "
-        f"GB/s; DGX A100 (40 GB): 8x 200 Gb/s HDR InfiniBand; {_MAMF}: A100 SXM 271.2 TFLOPS",
-        matmul_flops=271.2e12, hbm_bw=1.555e12,
+        "A100 SXM 40GB", _peak("A100"), 40960 * _MIB, cost_model.NVLINK3, 8, 8 * 25e9,
+        "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense, 40 GB HBM2 (marketed) at 1,555 GB/s, "
+        "NVLink 600 GB/s; DGX A100 (40 GB): 8x 200 Gb/s HDR InfiniBand; "
+        f"{_MAMF}: A100 SXM 271.2 TFLOPS",
+        matmul_flops=271.2e12, hbm_bw=1.555e12, hbm_marketed=40e9,
+        hbm_source=f"40,960 MiB (40 GiB, 42.95e9 bytes), {_MODAL}; NVIDIA markets 40 GB",
     ),
     "v100": Hardware(
-        "V100 SXM2 32GB", _peak("V100"), 32e9, 150e9, 8, 4 * 12.5e9,
-        "NVIDIA V100 datasheet: 125 TFLOPS fp16 tensor (Volta has no bf16), 32 GB HBM2 at "
-        "900 GB/s, NVLink 300 GB/s (150 each way); DGX-1: 8 GPUs, 4x 100 Gb/s EDR InfiniBand; "
-        "no published MAMF: the peak stands in",
-        hbm_bw=900e9,
+        "V100 SXM2 32GB", _peak("V100"), 32768 * _MIB, 150e9, 8, 4 * 12.5e9,
+        "NVIDIA V100 datasheet: 125 TFLOPS fp16 tensor (Volta has no bf16), 32 GB HBM2 "
+        "(marketed) at 900 GB/s, NVLink 300 GB/s (150 each way); DGX-1: 8 GPUs, 4x 100 Gb/s "
+        "EDR InfiniBand; no published MAMF: the peak stands in",
+        hbm_bw=900e9, hbm_marketed=32e9,
+        hbm_source="32,768 MiB (32 GiB, 34.36e9 bytes): nvidia-smi's total for a Tesla "
+        "V100-SXM2-32GB as printed in public logs; NVIDIA markets 32 GB",
     ),
     "b200": Hardware(
-        "B200", _peak("B200"), 180e9, 900e9, 8, 8 * cost_model.IB_NDR_400,
+        "B200", _peak("B200"), 183359 * _MIB, 900e9, 8, 8 * cost_model.IB_NDR_400,
         "NVIDIA DGX B200 datasheet: 72 PFLOPS FP8 training for 8 GPUs (2.25 PFLOPS dense bf16 "
-        "each, the scaling book's GPU table), 1,440 GB HBM3e (180 GB each) at 64 TB/s, NVLink 5 "
-        "1.8 TB/s (900 GB/s each way), 8x 400 Gb/s ConnectX-7 (400 GB/s out, the scaling book's "
-        f"node egress); {_MAMF}: 1,745 TFLOPS",
-        matmul_flops=1745e12, hbm_bw=8e12,
+        "each, the scaling book's GPU table), 1,440 GB HBM3e (180 GB each, marketed) at 64 TB/s, "
+        "NVLink 5 1.8 TB/s (900 GB/s each way), 8x 400 Gb/s ConnectX-7 (400 GB/s out, the "
+        f"scaling book's node egress); {_MAMF}: 1,745 TFLOPS",
+        matmul_flops=1745e12, hbm_bw=8e12, hbm_marketed=180e9,
+        hbm_source="183,359 MiB (179.06 GiB, 192.27e9 bytes): nvidia-smi's total for an NVIDIA "
+        "B200 (HGX/DGX, 1000 W) as printed in public logs; docs.vultr.com's HGX B200 hardware "
+        "overview lists '179 GB' from nvidia-smi's memory.total; CUDA's totalGlobalMem reads "
+        "178.35 GiB (pytorch/ao pull request 4002); NVIDIA markets 180 GB (DGX B200), 192 GB "
+        "elsewhere",
     ),
     "mi300x": Hardware(
-        "MI300X", _peak("MI300X"), 192e9, 448e9, 8, 8 * cost_model.IB_NDR_400,
-        "AMD Instinct MI300X datasheet: 1,307.4 TFLOPS bf16 dense, 192 GB HBM3 at 5.3 TB/s, "
-        "7 Infinity Fabric links of 64 GB/s each way to the 7 peers (896 GB/s both ways in "
-        "all; 448 each way, reached only when all peers are sent to at once); 8 GPUs a node "
-        "and, assumed, one 400 Gb/s NIC per GPU (the rail network of AMD's MI3XX cluster "
+        "MI300X", _peak("MI300X"), 205822885888, 448e9, 8, 8 * cost_model.IB_NDR_400,
+        "AMD Instinct MI300X datasheet: 1,307.4 TFLOPS bf16 dense, 192 GB HBM3 (marketed) at "
+        "5.3 TB/s, 7 Infinity Fabric links of 64 GB/s each way to the 7 peers (896 GB/s both "
+        "ways in all; 448 each way, reached only when all peers are sent to at once); 8 GPUs a "
+        "node and, assumed, one 400 Gb/s NIC per GPU (the rail network of AMD's MI3XX cluster "
         "reference design, instinct.docs.amd.com; the platform leaves NICs to the server "
         f"maker); {_MAMF}: 781.9 TFLOPS (ROCm 6.2)",
-        matmul_flops=781.9e12, hbm_bw=5.3e12,
+        matmul_flops=781.9e12, hbm_bw=5.3e12, hbm_marketed=192e9,
+        hbm_source="205,822,885,888 bytes (191.69 GiB): rocm-smi's 'VRAM Total Memory (B)' "
+        "and HIP's totalGlobalMem for an MI300X as printed in public logs; AMD markets 192 GB",
     ),
     # TPUs: the scaling book's TPU chapter (jax-ml.github.io/scaling-book/tpus), its table of
     # chips (bf16 FLOP/s, HBM, HBM bandwidth) and of ICI bandwidth: one mesh axis with a
-    # wraparound ring runs at the *bidirectional* figure. A pod is one tier of ICI.
+    # wraparound ring runs at the *bidirectional* figure. A pod is one tier of ICI. HBM:
+    # what XLA may use on one chip (the module's docstring).
     "tpu-v5p": Hardware(
-        "TPU v5p", _peak("TPU v5p"), 95e9, 1.8e11, 8960, None,
-        "cloud.google.com/tpu/docs/v5p: 459 TFLOPS bf16, 95 GB HBM2e; the scaling book's TPU "
-        "chapter: 2.8e12 B/s HBM, ICI 9e10 B/s one way per link, 1.8e11 bidirectional per "
-        "axis, 8,960 chips per pod (16x20x28); no published MAMF: the peak stands in",
-        hbm_bw=2.8e12, latency=(1e-6, 1e-6, 1e-6), max_devices=8960,
+        "TPU v5p", _peak("TPU v5p"), 95.74 * _GIB, 1.8e11, 8960, None,
+        "cloud.google.com/tpu/docs/v5p: 459 TFLOPS bf16, 95 GB HBM2e (marketed); the scaling "
+        "book's TPU chapter: 2.8e12 B/s HBM, ICI 9e10 B/s one way per link, 1.8e11 "
+        "bidirectional per axis, 8,960 chips per pod (16x20x28); no published MAMF: the peak "
+        "stands in",
+        hbm_bw=2.8e12, latency=(1e-6, 1e-6, 1e-6), max_devices=8960, hbm_marketed=95e9,
+        hbm_source=f"95.74 GiB (102.8e9 bytes), {_XLA_TPU} (topology v5p:2x2x1); Google "
+        "markets 95 GB (cloud.google.com/tpu/docs/v5p)",
     ),
     "tpu-v5e": Hardware(
-        "TPU v5e", _peak("TPU v5 lite"), 16e9, 9e10, 256, None,
-        "the scaling book's TPU chapter: 1.97e14 bf16 FLOP/s, 16 GB HBM at 8.1e11 B/s, ICI "
-        "4.5e10 B/s one way per link (9e10 bidirectional per axis), 16x16 pods; no published "
-        "MAMF: the peak stands in",
-        hbm_bw=8.1e11, latency=(1e-6, 1e-6, 1e-6), max_devices=256,
+        "TPU v5e", _peak("TPU v5 lite"), 15.75 * _GIB, 9e10, 256, None,
+        "the scaling book's TPU chapter: 1.97e14 bf16 FLOP/s, 16 GB HBM (marketed) at 8.1e11 "
+        "B/s, ICI 4.5e10 B/s one way per link (9e10 bidirectional per axis), 16x16 pods; no "
+        "published MAMF: the peak stands in",
+        hbm_bw=8.1e11, latency=(1e-6, 1e-6, 1e-6), max_devices=256, hbm_marketed=16e9,
+        hbm_source=f"15.75 GiB (16,911,433,728 bytes), {_XLA_TPU} (v5e:1x1; the same bytes in "
+        "helpers/measuring/tpu_programs.json for v5e:2x4); Google: 16 GiB HBM per chip "
+        "(docs.cloud.google.com/tpu/docs/v5e), 16 GB in some of its pages",
     ),
     "tpu-v6e": Hardware(
-        "TPU v6e (Trillium)", _peak("TPU v6e"), 32e9, 1.8e11, 256, None,
-        "cloud.google.com/tpu/docs/v6e: 918 TFLOPS bf16, 32 GB HBM at 1.6 TB/s; the scaling "
-        "book's TPU chapter: ICI 9e10 B/s one way per link (1.8e11 bidirectional per axis), "
-        "16x16 pods; no published MAMF: the peak stands in",
-        hbm_bw=1.6e12, latency=(1e-6, 1e-6, 1e-6), max_devices=256,
+        "TPU v6e (Trillium)", _peak("TPU v6e"), 31.25 * _GIB, 1.8e11, 256, None,
+        "cloud.google.com/tpu/docs/v6e: 918 TFLOPS bf16, 32 GB HBM (marketed) at 1.6 TB/s; the "
+        "scaling book's TPU chapter: ICI 9e10 B/s one way per link (1.8e11 bidirectional per "
+        "axis), 16x16 pods; no published MAMF: the peak stands in",
+        hbm_bw=1.6e12, latency=(1e-6, 1e-6, 1e-6), max_devices=256, hbm_marketed=32e9,
+        hbm_source=f"31.25 GiB (33.55e9 bytes), {_XLA_TPU} (v6e:1x1); Google markets 32 GB "
+        "(docs.cloud.google.com/tpu/docs/v6e)",
     ),
 }  # fmt: skip
 

@@ -81,7 +81,8 @@ JSON_KEYS: dict[str, str] = {
     "cross_node, matmul_flops",
     "per_device_bytes": "bytes on the fullest device: params, grads, optimizer, gathered "
     "(ZeRO-3's all-gathered weights), activations, total (activations 0 for a --params model)",
-    "hbm_bytes": "the accelerator's HBM",
+    "hbm_bytes": "the accelerator's HBM in bytes as the device reports it (nvidia-smi's total; "
+    "for a TPU the compiler's available bytes), not the vendor's round GB",
     "margin": "the factor on gradients + activations that 'fits' asks room for",
     "fits": "total, with gradients + activations times the margin, <= hbm_bytes",
     "memory_verdict": "'fits', 'tight' (fits only without the margin) or 'out of memory'",
@@ -253,7 +254,8 @@ def format_plan(p: Plan) -> str:
         p.per_device_bytes["grads"] + p.per_device_bytes["activations"]
     )
     rows.append(
-        f"HBM               {_gb(p.hbm_bytes)}  -> {p.memory_verdict}: with the margin "
+        f"HBM               {_gb(p.hbm_bytes)}  as the device reports it -> {p.memory_verdict}: "
+        "with the margin "
         f"(x{p.margin:g} on gradients + activations, a heuristic: notebook 13) it needs "
         f"{need / 1e9:.1f} GB"
     )
@@ -439,7 +441,9 @@ def _parser() -> OneLineParser:
         "count. A configuration that cannot run prints one line and exits with code 2.",
         epilog=f"Keys of --json:\n{keys}\n\nNamed models: {', '.join(NAMED_MODELS)}. "
         f"config.json families: {', '.join(FAMILIES)}.\n"
-        "Hardware: " + "; ".join(f"{k}: {h.source}" for k, h in HARDWARE.items()) + ".",
+        "Hardware: "
+        + "; ".join(f"{k}: {h.source}; HBM {h.hbm_source}" for k, h in HARDWARE.items())
+        + ".",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     what = p.add_mutually_exclusive_group(required=True)
