@@ -125,6 +125,15 @@ def test_the_table_parses_and_forbids_what_the_issue_named():
     for english in ("model parallelism (MP)", "sharding strategy", "lazy initialisation"):
         assert english in table, english
     assert table["GPU memory (HBM), a GPU's device memory"].chinese.startswith("显存")
+    # issue 52's list: one rendering each for backend, mask, partitioner, helper, unpipelined
+    for english, word in [("backend (XLA's CPU, GPU or TPU backend)", "backend"),
+                          ("mask (attention mask, padding mask)", "mask"),
+                          ("SPMD partitioner", "切分器"), ("unpipelined", "不切流水线"),
+                          ("detour (what \"Going deeper\" holds)", "题外话")]:  # fmt: skip
+        assert word in table[english].forbidden, english
+    helper = dict(table["helper functions; the `helpers` package"].patterns())
+    assert any(p.search("每个 helper 要么") for p in helper.values())
+    assert not any(p.search("helpers 包里的 GPipe") for p in helper.values())
     for term in table.values():
         assert all(p.pattern for _, p in term.patterns())
         rendering = searchable(term.chinese.split("；")[0])  # not what it forbids
