@@ -670,7 +670,7 @@ def _check_plan_page(context, site: Path, base: str, tmp_path: Path) -> None:
     seen = _wait_ready(page)
     assert seen["buttons"] == ["规划这个布局", "搜索这些 GPU 的所有布局"], seen["buttons"]
     assert _same_as_cli(seen, [*SEARCH, "--search"], None, work)
-    assert "上界 / 预期" in (page.locator("svg.planner-figure").text_content() or "")
+    assert "乐观 / 预期" in (page.locator("svg.planner-figure").text_content() or "")
     _screenshot(page, tmp_path / "plan-page-zh.png")
     flags, pasted, search = BAD_PLANS[0]
     assert not _same_as_cli(_plan_in_page(page, flags, pasted, search), flags, pasted, work)

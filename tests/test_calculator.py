@@ -87,7 +87,7 @@ def test_a_label_away_from_its_point_has_a_line_to_it(runs_figure) -> None:
     assert f"the {sum(r['outcome'] == 'trained' for r in ROWS)} that trained" in title
 
 
-def test_the_lines_are_bound_equals_achieved_and_the_band() -> None:
+def test_the_lines_are_optimistic_equals_achieved_and_the_band() -> None:
     fig = draw_published_runs(ROWS, band=1.6)
     ax = fig.axes[0]
     (x1, y1), (x2, y2) = (line.get_xydata().T for line in ax.lines[:2])

@@ -77,7 +77,7 @@ def test_groups_sit_where_a_launcher_puts_their_ranks() -> None:
 
 
 def test_six_gpus_of_one_node_do_not_cross_nodes() -> None:
-    """A data-parallel group of 6 inside one 8-GPU node runs on NVLink: its MFU bound lies
+    """A data-parallel group of 6 inside one 8-GPU node runs on NVLink: its optimistic MFU lies
     between dp 4's and dp 8's, and no note says it crosses."""
     mfu = {d: plan_model("llama3-8b", dp=d, zero=3) for d in (4, 6, 8)}
     assert mfu[6].crossing_axes == [] and not any("cross" in n for n in mfu[6].notes)

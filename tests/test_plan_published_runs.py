@@ -3,8 +3,8 @@
 For each run: the planner does not call out of memory a configuration that trained; it does
 not say "fits" of one its source says did not fit (GPT 530B under ZeRO-3 counts 82.5 GB
 against the 85.9e9 bytes an A100 80GB reports, so it is "tight", refused only by the margin;
-the other is out of memory even without it); its MFU bound (counted as the source
-counts MFU) is at least the achieved MFU and at most 1.6 times it; and its expected MFU,
+the other is out of memory even without it); its optimistic MFU (counted as the
+source counts MFU) is at least the achieved MFU and at most 1.6 times it; and its expected MFU,
 fitted on the other runs only, is within the error it states.
 
 Three runs are outside the 1.6x band, each for a reason the planner cannot honestly model;
@@ -13,17 +13,17 @@ them in (or a data change) is noticed:
 
 - ``megatron21-zero3-gpt3-175b``: DeepSpeed's ZeRO-3 of 2021 at 384 GPUs. Its gathers hide
   behind compute by the bandwidth count (175B x 2 bytes over a DGX A100 node's 200 GB/s:
-  1.75 s against 10.6 s of forward matmuls per micro-batch), so the bound is the compute
-  alone (62.5%); the run reached 34.7%. The framework's own cost is what is missing, and
+  1.75 s against 10.6 s of forward matmuls per micro-batch), so the optimistic MFU is the
+  compute alone (62.5%); the run reached 34.7%. The framework's own cost is what is missing, and
   the paper does not itemise it.
-- ``mosaic-mpt-7b-8-h100``: FSDP on one node, everything hidden; bound 75.9%, achieved
+- ``mosaic-mpt-7b-8-h100``: FSDP on one node, everything hidden; optimistic 75.9%, achieved
   46.4% (1.63x). The stack's efficiency (a Triton attention kernel on H100, eager
   PyTorch) is again what is missing.
 - ``llama3-405b-128k-cp16``: 128K tokens, where attention is 57% of PaLM's model FLOPs. The
   planner runs fused attention over the causal half of the scores and counts MFU over the
-  whole matrix (PaLM's convention): bound 83% against 38% (2.2x). Table 4 of the Llama 3
-  paper does not say how it counts attention; counted over the causal half, the bound is
-  59% (1.56x), and the run's efficiency (achieved / bound) is then that of the 8K runs.
+  whole matrix (PaLM's convention): optimistic 83% against 38% (2.2x). Table 4 of the Llama 3
+  paper does not say how it counts attention; counted over the causal half, the optimistic
+  MFU is 59% (1.56x), and the run's efficiency (achieved / optimistic) is then that of the 8K runs.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from helpers.planning.runs import PUBLISHED_RUNS
 RUNS = {run.key: run for run in PUBLISHED_RUNS}
 TRAINED = [k for k, r in RUNS.items() if r.outcome == "trained" and r.achieved_mfu]
 OUT_OF_BAND = {
-    "megatron21-zero3-gpt3-175b": "DeepSpeed ZeRO-3's overhead (2021) is not in the bound",
-    "mosaic-mpt-7b-8-h100": "the stack's kernels are not in the bound (1.63x)",
+    "megatron21-zero3-gpt3-175b": "DeepSpeed ZeRO-3's overhead (2021) is not in the optimistic MFU",
+    "mosaic-mpt-7b-8-h100": "the stack's kernels are not in the optimistic MFU (1.63x)",
     "llama3-405b-128k-cp16": "MFU convention unknown: 2.2x over the full score matrix, "
     "1.56x over its causal half",
 }
@@ -82,7 +82,7 @@ def test_the_memory_verdict_agrees_with_the_source(key: str) -> None:
         for k in sorted(TRAINED)
     ],
 )
-def test_the_mfu_bound_is_above_the_achieved_mfu_and_within_1_6x(key: str) -> None:
+def test_the_optimistic_mfu_is_above_the_achieved_mfu_and_within_1_6x(key: str) -> None:
     run = RUNS[key]
     bound = bound_as_published(run)
     assert bound >= run.achieved_mfu, (key, bound, run.achieved_mfu)
@@ -90,7 +90,7 @@ def test_the_mfu_bound_is_above_the_achieved_mfu_and_within_1_6x(key: str) -> No
 
 
 @pytest.mark.parametrize("key", sorted(TRAINED))
-def test_the_bound_is_never_below_what_a_run_achieved(key: str) -> None:
+def test_the_optimistic_mfu_is_never_below_what_a_run_achieved(key: str) -> None:
     """The first half of the band holds for every run, the out-of-band ones too."""
     run = RUNS[key]
     assert bound_as_published(run) >= run.achieved_mfu
@@ -109,7 +109,7 @@ def test_the_stated_error_is_the_worst_leave_one_out_miss_and_says_something() -
     misses = [abs(CALIBRATION.achieved[k] / CALIBRATION.loo[k] - 1) for k in TRAINED]
     assert max(misses) == pytest.approx(CALIBRATION.error)
     assert CALIBRATION.rms_error < CALIBRATION.error < 0.5
-    assert 0.5 < CALIBRATION.factor < 1  # real steps are slower than the bound
+    assert 0.5 < CALIBRATION.factor < 1  # real steps are slower than the optimistic MFU
 
 
 def test_causal_counting_is_applied_where_the_source_counts_so() -> None:
@@ -120,7 +120,8 @@ def test_causal_counting_is_applied_where_the_source_counts_so() -> None:
 
 
 def test_the_128k_run_is_within_the_band_when_only_the_causal_half_is_counted() -> None:
-    """The module docstring's 1.56x: Llama 3 405B at 128K, the bound over the causal half."""
+    """The module docstring's 1.56x: Llama 3 405B at 128K, the optimistic MFU over the causal
+    half."""
     import dataclasses
 
     run = RUNS["llama3-405b-128k-cp16"]

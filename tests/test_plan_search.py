@@ -1,5 +1,5 @@
-"""``--search``: every layout of a GPU count, each once at its best setting, ranked by the MFU
-bound among those that fit with the margin (issue 39, item 10)."""
+"""``--search``: every layout of a GPU count, each once at its best setting, ranked by the
+optimistic MFU among those that fit with the margin (issue 39, item 10)."""
 
 from __future__ import annotations
 

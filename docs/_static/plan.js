@@ -63,9 +63,9 @@
         gathered: "gathered weights",
         activations: "activations",
       },
-      bound: "MFU bound",
+      bound: "optimistic MFU",
       expected: "expected MFU (± its error)",
-      values: "bound / expected",
+      values: "optimistic / expected",
       verdict: { fits: "fits", tight: "tight", "out of memory": "out of memory" },
       figNote: (n) =>
         n > 1
@@ -121,9 +121,9 @@
         gathered: "all-gather 的权重",
         activations: "激活值",
       },
-      bound: "MFU 上界",
+      bound: "乐观 MFU",
       expected: "预期 MFU（± 其误差）",
-      values: "上界 / 预期",
+      values: "乐观 / 预期",
       verdict: { fits: "放得下", tight: "勉强", "out of memory": "内存不足" },
       figNote: (n) =>
         n > 1 ? `搜索排出的 ${n} 种布局，最好的在上，按下面的 JSON 绘制。` : "按下面的 JSON 绘制。",
@@ -453,7 +453,7 @@ def planner_run(argv, config):
 
   // One row per plan (a search's ranked layouts, best first): on the left the bytes on the
   // fullest device, part by part, then the margin's room (hatched), against the HBM line;
-  // the verdict; on the right the MFU bound (light) and the expected MFU (dark) with its
+  // the verdict; on the right the optimistic MFU (light) and the expected MFU (dark) with its
   // leave-one-out error (the whisker), then both values. Every number is the JSON's.
   function figure(plans) {
     const rowH = 30;

@@ -2,8 +2,8 @@
 
 ``draw_plans`` draws the bytes per device of one or more plans as stacked bars against
 the accelerator's HBM, each with a thin line for the margin that "fits" keeps room for.
-``draw_published_runs`` sets the planner against published runs: each run's MFU bound and
-expected MFU against the MFU it achieved, numbered, with a key. ``PlanCalculator`` is an ipywidgets box: dropdowns for the model,
+``draw_published_runs`` sets the planner against published runs: each run's optimistic MFU
+and expected MFU against the MFU it achieved, numbered, with a key. ``PlanCalculator`` is an ipywidgets box: dropdowns for the model,
 the hardware, the degrees, ZeRO, the micro-batch, the sequence length and remat, a figure
 that is redrawn as a control moves, and one line for the step-time estimate (or for why a
 setting cannot run). Its plain-text form is the same plan as a table, so where no widget
@@ -71,7 +71,7 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
 
 
 _HW_COLORS = {"a100-80gb": "#4C72B0", "h100": "#DD8452"}
-# Where a run's number may go, in points from its bound's marker: beside, above, below,
+# Where a run's number may go, in points from its optimistic MFU's marker: beside, above, below,
 # then diagonally and farther out; the first place that overlaps nothing is taken.
 _LABEL_OFFSETS = [(dx, dy) for r in (1, 2, 3) for dx, dy in
                   ((7, 0), (-7, 0), (0, 8), (0, -8), (7, 7), (-7, 7), (7, -7), (-7, -7))
@@ -129,9 +129,10 @@ def _place_labels(fig: Figure, ax: Axes, points: list[tuple[str, float, float]],
 
 
 def draw_published_runs(rows: Sequence[dict[str, Any]], band: float = 1.6) -> Figure:
-    """The planner against published runs: for each run that trained, its MFU bound (filled)
-    and its expected MFU fitted without it (hollow) against the MFU it achieved, with the
-    lines bound = achieved and bound = ``band`` x achieved; each run numbered as in ``rows``
+    """The planner against published runs: for each run that trained, its optimistic MFU
+    (filled; ``helpers.planning.estimate``) and its expected MFU fitted without it (hollow)
+    against the MFU it achieved, with the lines optimistic = achieved and optimistic =
+    ``band`` x achieved; each run numbered as in ``rows``
     (``helpers.planning.calibration.runs_table()``), named in a key below, the runs that did
     not fit listed there in red with the planner's verdict. Labels are 9 pt and never overlap.
 
@@ -140,7 +141,7 @@ def draw_published_runs(rows: Sequence[dict[str, Any]], band: float = 1.6) -> Fi
         gives.
     """
     rows = list(rows)
-    need = {"name", "outcome", "hardware", "achieved", "bound", "expected", "memory_verdict"}
+    need = {"name", "outcome", "hardware", "achieved", "optimistic", "expected", "memory_verdict"}
     if not rows or any(not need <= set(r) for r in rows):
         raise ValueError(
             f"draw_published_runs: rows must be runs_table() rows, with {sorted(need)}."
@@ -162,11 +163,11 @@ def draw_published_runs(rows: Sequence[dict[str, Any]], band: float = 1.6) -> Fi
     pad = 3  # pixels kept clear around every marker and label
     obstacles = [ax.get_legend().get_window_extent(renderer).padded(pad)]
     for _, r in trained:
-        for y in (r["bound"], r["expected"]):
+        for y in (r["optimistic"], r["expected"]):
             px, py = ax.transData.transform((r["achieved"], y))
             obstacles.append(Bbox.from_extents(px - 4, py - 4, px + 4, py + 4).padded(pad))
     hollow = [(r["achieved"], r["expected"]) for _, r in trained if r["expected"]]
-    _place_labels(fig, ax, [(str(i), r["achieved"], r["bound"]) for i, r in trained], obstacles,
+    _place_labels(fig, ax, [(str(i), r["achieved"], r["optimistic"]) for i, r in trained], obstacles,
                   hollow)  # fmt: skip
     top = 1 - (0.45 + plot_in + 0.75) / height
     for k, r in enumerate(rows):
@@ -181,7 +182,7 @@ def _draw_runs(ax: Axes, trained: list[dict[str, Any]], band: float) -> None:
     from matplotlib.lines import Line2D
 
     xs = [r["achieved"] for r in trained]
-    ys = [v for r in trained for v in (r["bound"], r["expected"] or r["bound"])]
+    ys = [v for r in trained for v in (r["optimistic"], r["expected"] or r["optimistic"])]
     lo = min(min(xs), min(ys)) * 0.85
     x_hi, y_hi = max(xs) * 1.12, max(ys) * 1.06
     ax.plot([lo, x_hi], [lo, x_hi], color="0.3", lw=1)
@@ -189,18 +190,18 @@ def _draw_runs(ax: Axes, trained: list[dict[str, Any]], band: float) -> None:
     for hw, color in _HW_COLORS.items():
         mine = [r for r in trained if r["hardware"] == hw]
         x = [r["achieved"] for r in mine]
-        expected = [r["expected"] or r["bound"] for r in mine]
-        ax.vlines(x, expected, [r["bound"] for r in mine], color=color, lw=0.8)
-        ax.scatter(x, [r["bound"] for r in mine], s=30, color=color, zorder=3)
+        expected = [r["expected"] or r["optimistic"] for r in mine]
+        ax.vlines(x, expected, [r["optimistic"] for r in mine], color=color, lw=0.8)
+        ax.scatter(x, [r["optimistic"] for r in mine], s=30, color=color, zorder=3)
         ax.scatter(x, expected, s=30, facecolor="white", edgecolor=color, zorder=3)
     ax.set(xlim=(lo, x_hi), ylim=(lo, y_hi))
     ax.set_xlabel("MFU the run achieved (published, or converted from its TFLOP/s)", fontsize=10)
     ax.set_ylabel("MFU the planner gives", fontsize=10)
     ax.tick_params(labelsize=9)
     handles = [
-        Line2D([], [], color="0.3", lw=1, label="bound = achieved"),
-        Line2D([], [], color="0.3", lw=1, ls="--", label=f"bound = {band:g} x achieved"),
-        Line2D([], [], marker="o", color="0.4", ls="", label="MFU bound"),
+        Line2D([], [], color="0.3", lw=1, label="optimistic = achieved"),
+        Line2D([], [], color="0.3", lw=1, ls="--", label=f"optimistic = {band:g} x achieved"),
+        Line2D([], [], marker="o", color="0.4", ls="", label="optimistic MFU"),
         Line2D([], [], marker="o", mfc="white", color="0.4", ls="",
                label="expected MFU (fitted without the run)"),
         *[Line2D([], [], marker="s", color=c, ls="", label=hw.split("-")[0].upper())
@@ -295,7 +296,7 @@ def _calculator_class() -> type:
             self.line.value = (
                 f"{gpus} GPUs; {result.per_device_bytes['total'] / 1e9:.1f} GB per device: "
                 f"{result.memory_verdict} (margin x{result.margin:g}). Step "
-                f"{result.step_time_s:.2f} s, MFU bound {result.mfu:.0%}{expected}."
+                f"{result.step_time_s:.2f} s, optimistic MFU {result.mfu:.0%}{expected}."
             )
             fig = draw_plans([result])
             buf = io.BytesIO()

@@ -1,12 +1,16 @@
-"""From the MFU bound to an expected MFU, calibrated on published training runs.
+"""From the optimistic MFU to an expected MFU, calibrated on published training runs.
 
 ``helpers.planning.runs`` holds measured runs (each with its citation). For each run that
 trained, ``plan_published_run`` plans the run's own layout, and the ratio of its achieved
-MFU to the planner's bound is what the bound leaves out: matmuls below the best measured
-rate, kernels the bound does not list, collectives below the datasheet bandwidth,
-imperfect overlap. The **expected MFU** is the bound times the geometric mean of those
+MFU to the planner's optimistic MFU (``helpers.planning.estimate``: every assumption at its
+best, not an upper bound) is what that estimate leaves out: matmuls below the best measured
+rate, kernels it does not list, collectives below the datasheet bandwidth, imperfect
+overlap. The **expected MFU** is the optimistic MFU times the geometric mean of those
 ratios; its **error** is the largest leave-one-out miss: for each run, the factor fitted on
-all the others, applied to that run's bound, against what the run achieved.
+all the others, applied to that run's optimistic MFU, against what the run achieved.
+
+``runs_table`` rows carry it as ``"optimistic"``; ``"bound"``, its old name, stays as an
+alias with the same value, for code written before issue 53.
 
 A run whose source gives hardware FLOP/s that count recomputation carries its conversion
 to model FLOPs in ``mfu_note`` (full recompute runs every forward twice: model FLOPs are
@@ -84,7 +88,7 @@ def plan_published_run(run: Any) -> Plan:
 
 
 def bound_as_published(run: Any, plan: Plan | None = None) -> float:
-    """The planner's MFU bound for ``run``, counted the way the run's source counts MFU:
+    """The planner's optimistic MFU for ``run``, counted the way the run's source counts MFU:
     PaLM's full score matrix (the planner's own convention), or its causal half where the
     run says ``attention_flops == "causal"``."""
     plan = plan or plan_published_run(run)
@@ -100,20 +104,20 @@ def bound_as_published(run: Any, plan: Plan | None = None) -> float:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The factor from bound to expected MFU and how well it predicts, leave-one-out."""
+    """The factor from optimistic to expected MFU and how well it predicts, leave-one-out."""
 
-    factor: float  # geometric mean of achieved / bound
+    factor: float  # geometric mean of achieved / optimistic MFU
     error: float  # the largest leave-one-out relative miss
     rms_error: float
     runs: tuple[str, ...]
     loo: dict[str, float]  # run key -> its leave-one-out expected MFU
-    bounds: dict[str, float]
+    bounds: dict[str, float]  # run key -> its optimistic MFU (as published)
     achieved: dict[str, float]
 
     def note(self) -> str:
         return (
-            f"expected = bound x {self.factor:.3f}, the geometric mean of achieved / bound over "
-            f"{len(self.runs)} published runs (helpers.planning.runs); the largest leave-one-out "
+            f"expected = optimistic x {self.factor:.3f}, the geometric mean of achieved / "
+            f"optimistic over {len(self.runs)} published runs (helpers.planning.runs); the largest leave-one-out "
             f"miss was {self.error:.0%} (rms {self.rms_error:.0%})"
         )
 
@@ -143,8 +147,9 @@ def calibrate(runs: tuple[Any, ...]) -> Calibration | None:
 
 def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
     """One row per published run: its key, name, source, outcome, achieved MFU, the planner's
-    bound (in the run's own MFU convention), its leave-one-out expected MFU, the memory
-    verdict, and the bound's ratio to the achieved MFU."""
+    optimistic MFU (``"optimistic"``, in the run's own MFU convention; ``"bound"`` is the
+    same value under its old name), its leave-one-out expected MFU, the memory verdict, and
+    the optimistic MFU's ratio to the achieved MFU."""
     runs = published_runs() if runs is None else runs
     cal = calibrate(runs)
     rows = []
@@ -154,7 +159,8 @@ def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
         achieved = run.achieved_mfu
         rows.append({
             "key": run.key, "name": run.name, "source": run.source, "outcome": run.outcome,
-            "hardware": run.hardware, "achieved": achieved, "bound": bound,
+            "hardware": run.hardware, "achieved": achieved,
+            "optimistic": bound, "bound": bound,
             "expected": cal.loo.get(run.key) if cal else None,
             "memory_verdict": plan.memory_verdict,
             "ratio": bound / achieved if achieved else None,

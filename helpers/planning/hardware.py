@@ -1,8 +1,8 @@
 """The accelerators the planner knows, each with its sources, and the network between them.
 
 A ``Hardware`` holds what the planner's time model reads: the dense bf16 peak (the MFU's
-denominator), the fastest matmul ever measured on the chip (its *MAMF*, the bound's
-compute rate), HBM size and bandwidth, and two tiers of network: ``link_bw`` per device
+denominator), the fastest matmul ever measured on the chip (its *MAMF*, the optimistic
+MFU's compute rate), HBM size and bandwidth, and two tiers of network: ``link_bw`` per device
 one way inside a node (NVLink, Infinity Fabric, or one TPU ICI axis), and ``node_bw`` out of
 a whole node across nodes (the sum of its NICs), or None for one tier (a TPU pod's ICI).
 ``network()`` hands those to ``helpers.measuring.cost_model`` as a ``Network``, which prices
@@ -25,8 +25,8 @@ only when few nodes are spanned (2 nodes: 15/16 against 1/2 of the array);
 (github.com/stas00/ml-engineering, ``compute/accelerator/README.md``), the best of a
 brute-force search over matmul shapes: A100 SXM 271.2 of 312 TFLOPS, H100 SXM 794.5 of 989
 ("H200 is the same"), B200 1745 of 2250, MI300X 781.9 of 1307 (ROCm 6.2; a later run
-measured 668.4). It is the best rate that search found on the chip, so the planner's bound
-runs every matmul at it rather than at a datasheet peak no matmul reaches; the MFU is still
+measured 668.4). It is the best rate that search found on the chip, so the planner's optimistic
+MFU runs every matmul at it rather than at a datasheet peak no matmul reaches; the MFU is still
 counted against the datasheet peak, as every published MFU is. Where no
 measurement is published (V100, TPUs) the peak stands in, and the plan says so.
 

@@ -36,7 +36,7 @@ class Layout:
     the remainder on the middle stages, which do not hold the embedding or the head).
     ``moe_nodes_per_token``: how many nodes one token's experts sit on when expert
     parallelism crosses nodes: 1 (default) is the least a balanced router allows, the
-    bound's assumption; DeepSeek-V3 limits its router to 4; 0 means unlimited (uniform).
+    optimistic MFU's assumption; DeepSeek-V3 limits its router to 4; 0 means unlimited (uniform).
     """
 
     pp: int = 1

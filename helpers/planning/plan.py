@@ -5,7 +5,8 @@
 ZeRO stage, precision, batch, recompute and the hardware, and returns a ``Plan``: the
 parameter count, the bytes the fullest device holds, whether that fits in HBM with the
 stated margin, the bytes and seconds each axis sends and how much of them waits, which axes
-cross nodes, a step time, an MFU **bound** and an **expected** MFU with its error. It is
+cross nodes, a step time, an **optimistic** MFU (every assumption at its best; not an upper
+bound, ``helpers.planning.estimate`` says why) and an **expected** MFU with its error. It is
 arithmetic on the standard library alone (no jax, no numpy): ``python -m helpers.plan``
 runs in a bare Python; notebook 13 checks it against what XLA compiles.
 
@@ -92,11 +93,12 @@ JSON_KEYS: dict[str, str] = {
     "crossing_axes": "the axes whose groups span more than one node",
     "time_breakdown": "the step time's parts: compute, waits, data-parallel waits, pipeline "
     "bubble, optimizer step",
-    "step_time_s": "estimated seconds per step, a lower bound",
-    "mfu": "the MFU bound: PaLM's model FLOPs per step / (step_time_s x devices x peak); "
-    "PaLM counts the whole score matrix while fused attention skips its masked half, so at "
-    "very long sequences the bound can pass the share of the peak the chip computes",
-    "mfu_expected": "the bound times the factor fitted on published runs (None without them)",
+    "step_time_s": "estimated seconds per step, every assumption at its best (not a lower "
+    "bound: see helpers.planning.estimate)",
+    "mfu": "the optimistic MFU (an optimistic estimate, not an upper bound: see "
+    "helpers.planning.estimate): PaLM's model FLOPs per step / (step_time_s x devices x peak)",
+    "mfu_expected": "the optimistic MFU times the factor fitted on published runs (None "
+    "without them)",
     "mfu_error": "the largest leave-one-out relative miss of that fit",
     "tokens_per_step": "tokens in one step over all devices",
     "notes": "what the estimate assumed, and settings worth knowing about",
@@ -204,7 +206,9 @@ def plan_model(
     else:
         plan.notes.append("no published runs to calibrate an expected MFU on")
     if hardware.matmul_flops == hardware.peak_flops:
-        plan.notes.append("no measured matmul rate for this chip: the bound runs matmuls at peak")
+        plan.notes.append(
+            "no measured matmul rate for this chip: the optimistic MFU runs matmuls at peak"
+        )
     return plan
 
 
@@ -268,8 +272,8 @@ def format_plan(p: Plan) -> str:
         else "no expected MFU (no published runs)"
     )
     rows.append(
-        f"MFU               bound {p.mfu:.1%} (matmuls at the chip's best measured rate, "
-        f"waits as counted above); {expected}"
+        f"MFU               optimistic {p.mfu:.1%} (matmuls at the chip's best measured "
+        f"rate, waits as counted above); {expected}"
     )
     rows += [f"note: {n}" for n in p.notes]
     return "\n".join(rows)
@@ -415,7 +419,7 @@ def _add_hardware_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--matmul-tflops",
         type=_positive_float,
-        help="the matmul rate the bound runs at (default: the measured MAMF)",
+        help="the matmul rate the optimistic MFU runs at (default: the measured MAMF)",
     )
     p.add_argument(
         "--cross-node",
@@ -437,7 +441,7 @@ def _parser() -> OneLineParser:
     p = OneLineParser(
         prog="python -m helpers.plan",
         description="Plan a decoder-only Transformer's training: memory per device, traffic "
-        "per axis, step time, MFU bound and expected MFU; or --search the layouts of a GPU "
+        "per axis, step time, optimistic and expected MFU; or --search the layouts of a GPU "
         "count. A configuration that cannot run prints one line and exits with code 2.",
         epilog=f"Keys of --json:\n{keys}\n\nNamed models: {', '.join(NAMED_MODELS)}. "
         f"config.json families: {', '.join(FAMILIES)}.\n"

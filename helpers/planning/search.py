@@ -1,6 +1,7 @@
 """Search the layouts of a GPU count: every degree of tp, pp, cp, ep and dp that the model
 allows, each with every ZeRO stage, micro-batch and recompute setting, at one global batch;
-keep the best setting of each layout that fits (with the margin), rank them by MFU bound.
+keep the best setting of each layout that fits (with the margin), rank them by optimistic MFU
+(``helpers.planning.estimate``).
 
 Each layout appears once in the ranking (its best settings), so that a top list shows
 different ways to cut the model, not one way with five ZeRO stages.
@@ -139,7 +140,7 @@ def format_search(result: SearchResult, seconds: float | None = None) -> str:
             else "."
         ),
         f"{'layout':<26} {'ZeRO':>4} {'mb':>3} {'remat':<5} {'GB/dev, no margin':>17} "
-        f"{'step s':>7} {'MFU bound':>9} {'expected':>8}  crosses nodes",
+        f"{'step s':>7} {'optimistic':>10} {'expected':>8}  crosses nodes",
     ]
     for p in result.plans:
         deg = " ".join(f"{a}{d}" for a, d in p.degrees.items() if d > 1) or "1 device"
@@ -149,7 +150,7 @@ def format_search(result: SearchResult, seconds: float | None = None) -> str:
         expected = f"{p.mfu_expected:8.1%}" if p.mfu_expected is not None else f"{'-':>8}"
         rows.append(
             f"{deg:<26} {zero:>4} {p.micro_batch:>3} {p.remat:<5} "
-            f"{p.per_device_bytes['total'] / 1e9:17.1f} {p.step_time_s:7.2f} {p.mfu:9.1%} "
+            f"{p.per_device_bytes['total'] / 1e9:17.1f} {p.step_time_s:7.2f} {p.mfu:10.1%} "
             f"{expected}  {', '.join(p.crossing_axes) or '-'}"
         )
     if any(p.options["keep_gathered"] for p in result.plans):
