@@ -130,6 +130,22 @@ def test_wait_for_job_times_out_saying_where_the_job_is(fake_slurm):
         slurm.wait_for_job(3, timeout_s=0.2, poll_s=0.05)
 
 
+def test_job_task_pids_is_empty_while_the_node_has_not_started_the_job(fake_slurm):
+    """The controller can call a job RUNNING a moment before its node starts it: ``scontrol
+    listpids`` then fails with "does not exist on node" (a loaded CI machine, 2026-12-06)."""
+    _fake(fake_slurm, "scontrol",
+          'echo "PID JOBID STEPID LOCALID GLOBALID"; echo "JobId=133 does not exist on node '
+          '(null)." >&2; exit 1')  # fmt: skip
+    assert slurm.job_task_pids(133) == []
+    _fake(fake_slurm, "scontrol", 'echo "scontrol: error: Invalid job id" >&2; exit 1')
+    with pytest.raises(slurm.SlurmError, match="Invalid job id"):
+        slurm.job_task_pids(133)  # any other failure is reported
+    _fake(fake_slurm, "scontrol", 'echo "PID JOBID STEPID LOCALID GLOBALID"; echo "41 133 0 0 0"')
+    assert slurm.job_task_pids(133) == [
+        {"PID": "41", "JOBID": "133", "STEPID": "0", "LOCALID": "0", "GLOBALID": "0"}
+    ]
+
+
 def test_read_job_log_drops_gloos_chatter(tmp_path):
     log = tmp_path / "job.log"
     log.write_text("0: step   1  loss 3.1\n1: [Gloo] Rank 1 is connected to 7 peer ranks. \n0: \n"
