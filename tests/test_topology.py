@@ -162,3 +162,14 @@ def test_the_recorded_tpu_programs_are_what_the_compiler_gives_now():
         assert summary == fresh["summary"] and "compiled here" in where
     with pytest.raises(ValueError, match="name='nothing' is not recorded"):
         recorded_program("nothing")
+
+
+def test_the_environment_can_ask_for_the_recording_and_a_bad_value_is_named(monkeypatch):
+    from helpers import tpu_program
+
+    monkeypatch.setenv("HELPERS_TPU_PROGRAMS", "recorded")
+    summary, where = tpu_program("dp, tiny preset, v5e:2x4")
+    assert where.startswith("recorded by .ci/record_tpu_programs.py") and summary
+    monkeypatch.setenv("HELPERS_TPU_PROGRAMS", "fresh")
+    with pytest.raises(ValueError, match="HELPERS_TPU_PROGRAMS='fresh' must be 'recorded'"):
+        tpu_program("dp, tiny preset, v5e:2x4")

@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -265,16 +266,26 @@ def tpu_program(name: str) -> tuple[dict[str, Any], str]:
 
     On CPU devices with libtpu installed it is compiled here and now; elsewhere (no
     libtpu, or a GPU or TPU running this process) it is read from ``RECORDED_PROGRAMS``,
-    which CI checks against a fresh compile.
+    which CI checks against a fresh compile. ``HELPERS_TPU_PROGRAMS=recorded`` in the
+    environment reads the recording even where libtpu could compile (seconds instead of
+    about a minute for a notebook; the test run at one device uses it, since the run at
+    eight compiles the same programs).
 
     Raises:
-      ValueError: ``name`` is not one of ``TPU_PROGRAMS``.
+      ValueError: ``name`` is not one of ``TPU_PROGRAMS``, or ``HELPERS_TPU_PROGRAMS`` is
+        set to something other than ``recorded`` or ``compiled``.
     """
     if name not in TPU_PROGRAMS:
         raise ValueError(f"tpu_program: name={name!r} must be one of {sorted(TPU_PROGRAMS)}.")
     from helpers.placing.devices import on_cpu
 
-    if tpu_compiler_available() and on_cpu():
+    wanted = os.environ.get("HELPERS_TPU_PROGRAMS", "compiled")
+    if wanted not in ("recorded", "compiled"):
+        raise ValueError(
+            f"tpu_program: the environment's HELPERS_TPU_PROGRAMS={wanted!r} must be "
+            "'recorded' (read the recording) or 'compiled' (compile where libtpu can)."
+        )
+    if wanted == "compiled" and tpu_compiler_available() and on_cpu():
         from importlib.metadata import version
 
         summary = program_summary(compile_tpu_program(name))
