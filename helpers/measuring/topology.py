@@ -268,8 +268,8 @@ def tpu_program(name: str) -> tuple[dict[str, Any], str]:
     libtpu, or a GPU or TPU running this process) it is read from ``RECORDED_PROGRAMS``,
     which CI checks against a fresh compile. ``HELPERS_TPU_PROGRAMS=recorded`` in the
     environment reads the recording even where libtpu could compile (seconds instead of
-    about a minute for a notebook; the test run at one device uses it, since the run at
-    eight compiles the same programs).
+    about a minute for a notebook; the notebook tests use it, since tests/test_topology.py
+    compiles every entry afresh and compares).
 
     Raises:
       ValueError: ``name`` is not one of ``TPU_PROGRAMS``, or ``HELPERS_TPU_PROGRAMS`` is
