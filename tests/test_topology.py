@@ -127,7 +127,7 @@ def test_libtpu_is_quieted_only_where_no_tpu_shows(monkeypatch):
 
 
 def test_the_pinned_libtpu_is_one_that_jax_tpu_accepts():
-    from importlib.metadata import requires
+    from importlib.metadata import requires, version
     from pathlib import Path
 
     from packaging.requirements import Requirement
@@ -136,6 +136,13 @@ def test_the_pinned_libtpu_is_one_that_jax_tpu_accepts():
 
     root = Path(__file__).resolve().parent.parent
     assert LIBTPU_PIN in (root / "requirements-tpu-compiler.txt").read_text().splitlines()
+    pinned_jax = next(
+        line.split("==")[1]
+        for line in (root / "requirements.txt").read_text().splitlines()
+        if line.startswith("jax==")
+    )
+    if version("jax") != pinned_jax:  # the oldest and newest entries run other jax versions
+        pytest.skip(f"libtpu's pin is for the pinned jax {pinned_jax}; this is {version('jax')}")
     named = [Requirement(r) for r in requires("jax") or [] if r.startswith("libtpu")]
     assert named and all(r.marker.evaluate({"extra": "tpu"}) for r in named)
     assert all(r.specifier.contains(LIBTPU_PIN.split("==")[1]) for r in named), named
