@@ -37,6 +37,18 @@ with warnings.catch_warnings():
         "ignore", message=r"jax\.(array_ref|ArrayRef) is deprecated", category=DeprecationWarning
     )
     from flax import nnx
+# orbax-checkpoint 0.12.8 names jax.sharding.SingleDeviceSharding while it is imported, and
+# jax 0.12.1 deprecates that name: the same situation as above, for `import orbax.checkpoint`.
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore",
+        message=r"jax\.sharding\.SingleDeviceSharding is deprecated",
+        category=DeprecationWarning,
+    )
+    try:
+        import orbax.checkpoint  # noqa: F401
+    except ImportError:  # pragma: no cover - orbax is in requirements.txt
+        pass
 
 __all__ = [
     "AxisType",
