@@ -16,19 +16,19 @@ from helpers.planning.activations import REMAT_ORIGINS, REMATS, activation_terms
 from helpers.planning.estimate import loss_bytes, memory_verdict
 from helpers.planning.hardware import HARDWARE
 from helpers.planning.margins import (
-    calibration,
     margin_for,
+    memory_calibration,
     outcome_verdicts,
     plan_point,
     point_model,
     point_ratio,
 )
 from helpers.planning.models import NAMED_MODELS, spec_of_series_model
-from helpers.planning.peaks import GIB, OUTCOMES, PEAKS
+from helpers.planning.peaks import MEASURED_PEAKS, REPORTED_OUTCOMES
 from helpers.planning.plan import format_plan, plan_model
 
 ROOT = Path(__file__).resolve().parent.parent
-POINTS = {p.key: p for p in PEAKS}
+POINTS = {p.key: p for p in MEASURED_PEAKS}
 
 
 @pytest.mark.parametrize("key", sorted(POINTS))
@@ -37,7 +37,7 @@ def test_every_point_names_its_source_and_its_published_peak(key: str) -> None:
     assert p.source and p.peak_published and p.runtime in ("gpu", "tpu")
     assert p.peak_bytes and p.peak_bytes > 0 and p.remat in REMATS and p.outcome == "ran"
     if "GiB" in p.peak_published:  # torchtitan prints GiB, two to the thirtieth bytes
-        assert p.peak_bytes == pytest.approx(float(p.peak_published.split()[0]) * GIB)
+        assert p.peak_bytes == pytest.approx(float(p.peak_published.split()[0]) * 2**30)
 
 
 def test_the_tpu_points_are_the_recorded_compiles_of_the_recorded_model() -> None:
@@ -45,7 +45,7 @@ def test_the_tpu_points_are_the_recorded_compiles_of_the_recorded_model() -> Non
     temporaries per chip), and their model is ``spec_of_series_model`` of the config that
     ``.ci/record_tpu_programs.py`` compiled."""
     recorded = json.loads((ROOT / "helpers/measuring/tpu_programs.json").read_text())["programs"]
-    tpu = [p for p in PEAKS if p.runtime == "tpu"]
+    tpu = [p for p in MEASURED_PEAKS if p.runtime == "tpu"]
     assert len(tpu) == 3
     sys.path.insert(0, str(ROOT / ".ci"))
     try:
@@ -61,7 +61,7 @@ def test_the_tpu_points_are_the_recorded_compiles_of_the_recorded_model() -> Non
 
 
 def test_each_class_margin_covers_its_points_and_its_floor_is_their_least() -> None:
-    for (runtime, zero, remat), ratios in calibration().items():
+    for (runtime, zero, remat), ratios in memory_calibration().items():
         hw = HARDWARE["tpu-v5p" if runtime == "tpu" else "h100"]
         m = margin_for(hw, zero, remat)
         values = [r for _, r in ratios]
@@ -76,7 +76,7 @@ def test_the_measured_classes_and_their_spread() -> None:
     runs 1.05 to 1.17, its compiled full-recompute runs 1.13 to 1.40, XLA:TPU's ZeRO-3 1.63 to
     1.79 (it keeps every gradient whole and, unfused, the score matrix)."""
     got = {k: (margin_for(HARDWARE["tpu-v5p" if k[0] == "tpu" else "h100"], k[1], k[2]))
-           for k in calibration()}  # fmt: skip
+           for k in memory_calibration()}  # fmt: skip
     assert {k: (m.floor, m.margin) for k, m in got.items()} == {
         ("gpu", 3, "op"): (1.05, 1.17),
         ("gpu", 3, "full"): (1.13, 1.4),
@@ -113,7 +113,7 @@ def test_the_verdict_has_three_bands() -> None:
     assert memory_verdict(b, 81.0, 1.5) == (False, "tight")  # no floor: the count alone
 
 
-@pytest.mark.parametrize("point", OUTCOMES, ids=lambda p: p.key)
+@pytest.mark.parametrize("point", REPORTED_OUTCOMES, ids=lambda p: p.key)
 def test_the_verdict_agrees_with_what_torchtitan_reports(point) -> None:
     """torchtitan's April 2024 table on 64 A100s: Llama 2 70B with the per-op policy ran out
     of memory at local batch 2 and ran at 1; with full recompute it ran at 2."""

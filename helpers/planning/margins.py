@@ -34,10 +34,10 @@ from helpers.planning.estimate import ACTIVATION_MARGIN, Plan, estimate
 from helpers.planning.hardware import HARDWARE, Hardware
 from helpers.planning.layout import Layout
 from helpers.planning.models import ModelSpec, model_from_hf_config
-from helpers.planning.peaks import OUTCOMES, PEAKS
+from helpers.planning.peaks import MEASURED_PEAKS, REPORTED_OUTCOMES
 
 __all__ = [
-    "Margin", "calibration", "margin_for", "margin_table", "plan_point", "point_ratio",
+    "Margin", "margin_for", "memory_calibration", "margin_table", "plan_point", "point_ratio",
     "runtime_of",
 ]  # fmt: skip
 
@@ -101,10 +101,10 @@ def point_ratio(point: Any, plan: Plan | None = None) -> float:
 
 
 @functools.lru_cache(maxsize=1)
-def calibration() -> dict[tuple[str, int, str], tuple[tuple[str, float], ...]]:
+def memory_calibration() -> dict[tuple[str, int, str], tuple[tuple[str, float], ...]]:
     """Each class (runtime, ZeRO stage, remat) -> its points' (key, ratio)."""
     classes: dict[tuple[str, int, str], list[tuple[str, float]]] = {}
-    for point in PEAKS:
+    for point in MEASURED_PEAKS:
         key = (point.runtime, point.zero, point.remat)
         classes.setdefault(key, []).append((point.key, point_ratio(point)))
     return {k: tuple(v) for k, v in classes.items()}
@@ -113,7 +113,7 @@ def calibration() -> dict[tuple[str, int, str], tuple[tuple[str, float], ...]]:
 def _fallback(runtime: str, zero: int, remat: str) -> Margin:
     """No point in the class: the points of the runtime whose schedule is nearest (in the
     order none, selective, op, full; the later on a tie), any ZeRO stage; floor 1."""
-    classes = {k: v for k, v in calibration().items() if k[0] == runtime}
+    classes = {k: v for k, v in memory_calibration().items() if k[0] == runtime}
     what = f"no measured peak for {_STAGES[zero]} with remat {remat} on a {runtime.upper()}"
     if not classes:
         return Margin(ACTIVATION_MARGIN, 1.0, f"x{ACTIVATION_MARGIN:g}: {what}, nor any other "
@@ -134,7 +134,7 @@ def _fallback(runtime: str, zero: int, remat: str) -> Margin:
 def margin_for(hardware: Hardware, zero: int, remat: str) -> Margin:
     """The margin and floor for a plan on ``hardware`` with ``zero`` and ``remat``."""
     runtime = runtime_of(hardware)
-    points = calibration().get((runtime, zero, remat))
+    points = memory_calibration().get((runtime, zero, remat))
     if not points:
         return _fallback(runtime, zero, remat)
     values = [r for _, r in points]
@@ -152,7 +152,7 @@ def margin_table() -> list[dict[str, Any]]:
     """One row per class with measured points and per outcome-only point: what the CLI's
     ``--margins`` and notebook 13 print."""
     rows = []
-    for (runtime, zero, remat), points in sorted(calibration().items()):
+    for (runtime, zero, remat), points in sorted(memory_calibration().items()):
         m = margin_for(HARDWARE["tpu-v5p" if runtime == "tpu" else "h100"], zero, remat)
         rows.append({"runtime": runtime, "zero": zero, "remat": remat, "points": len(points),
                      "min": m.floor, "max": m.margin, "keys": [k for k, _ in points]})  # fmt: skip
@@ -160,10 +160,10 @@ def margin_table() -> list[dict[str, Any]]:
 
 
 def outcome_verdicts() -> dict[str, tuple[str, str]]:
-    """Each outcome-only point of ``peaks.OUTCOMES`` -> (what its source reports, the
+    """Each outcome-only point of ``peaks.REPORTED_OUTCOMES`` -> (what its source reports, the
     planner's verdict with the calibrated margin)."""
     out = {}
-    for point in OUTCOMES:
+    for point in REPORTED_OUTCOMES:
         model, hardware = point_model(point), HARDWARE[point.hardware]
         plan = estimate(model, hardware, point_layout(point))
         out[point.key] = (point.outcome, plan.memory_verdict)

@@ -33,24 +33,25 @@ per-op policy (``selective_ac_option = 'op'`` in ``llama3_8b.toml``). Rows run w
 ``torch.compile`` and Float8 linears are marked so in ``name``: compiled kernels keep other
 temporaries (Table 1: 77.0 GiB compiled against 82.4 eager).
 
-``OUTCOMES`` holds configurations whose source reports only whether they fit: torchtitan's
-April 2024 table for Llama 2 on 64 A100s (80GB), where local batch 2 with the per-op policy
-ran out of memory for the 70B model and batch 1 did not. They carry no peak and calibrate
-nothing; ``tests/test_plan_margins.py`` checks the planner's verdict against them.
+``REPORTED_OUTCOMES`` holds configurations whose source reports only whether they fit:
+torchtitan's April 2024 table for Llama 2 on 64 A100s (80GB), where local batch 2 with the
+per-op policy ran out of memory for the 70B model and batch 1 did not. They carry no peak and
+calibrate nothing; ``tests/test_plan_margins.py`` checks the planner's verdict against them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GIB", "OUTCOMES", "PEAKS", "PeakPoint"]
+__all__ = ["REPORTED_OUTCOMES", "MEASURED_PEAKS", "PeakPoint"]
 
-GIB = 2**30
+_GIB = 2**30
 
 
 @dataclass(frozen=True)
 class PeakPoint:
-    """One measured (or, in ``OUTCOMES``, reported) configuration; see the module docstring.
+    """One measured (or, in ``REPORTED_OUTCOMES``, reported) configuration; see the module
+    docstring.
 
     ``model`` is a Hugging Face ``config.json`` dict, or ``{"spec": {...}}``: the keyword
     arguments of a ``helpers.planning.models.ModelSpec``. ``peak_bytes`` is the published
@@ -142,7 +143,7 @@ _TPU_NOTE = (
 def _titan(key: str, name: str, table: str, peak_gib: float, **layout: object) -> PeakPoint:
     return PeakPoint(
         key=key, name=name, source=f"{_TITAN}, {table}", runtime="gpu", hardware="h100",
-        peak_bytes=peak_gib * GIB, peak_published=f"{peak_gib} GiB (max reserved)",
+        peak_bytes=peak_gib * _GIB, peak_published=f"{peak_gib} GiB (max reserved)",
         loss="upcast", **layout,  # type: ignore[arg-type]
     )  # fmt: skip
 
@@ -158,7 +159,7 @@ def _tpu(chips: int, topology: str, argument: int, temp: int) -> PeakPoint:
     )  # fmt: skip
 
 
-PEAKS: tuple[PeakPoint, ...] = (
+MEASURED_PEAKS: tuple[PeakPoint, ...] = (
     _titan(
         "torchtitan-llama3.1-8b-8-fsdp-op",
         "Llama 3.1 8B, 8 H100, FSDP, per-op AC (torchtitan)",
@@ -257,7 +258,7 @@ _A100_NOTE = (
     "(parallelize_llama.py's no_recompute_list)."
 )
 
-OUTCOMES: tuple[PeakPoint, ...] = (
+REPORTED_OUTCOMES: tuple[PeakPoint, ...] = (
     PeakPoint(
         key="torchtitan-llama2-70b-64-a100-op-batch2-oom",
         name="Llama 2 70B, 64 A100, FSDP, local batch 2, per-op AC: OOM (torchtitan)",
