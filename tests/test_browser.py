@@ -478,8 +478,8 @@ def _random_plan(rng: random.Random) -> tuple[list[str], str | None]:
         ranks = degrees["dp"] * degrees["ep"] * micro
         flags += ["--global-batch", str(ranks * rng.choice([1, 2, 4, 8]))]
     flags += ["--gpus", str(math.prod(degrees.values()))] if rng.random() < 0.3 else []
-    margin = rng.choice(["1.5", "1.5", "1", "1.2", "2"])
-    flags += ["--margin", margin] if margin != "1.5" else []
+    margin = rng.choice(["", "", "1", "1.2", "1.5", "2"])  # "": the calibrated margin
+    flags += ["--margin", margin] if margin else []
     others = [["--grad-dtype", "fp32"], ["--tp-overlap"], ["--no-flash"],
               ["--cross-node", "hierarchical"], ["--per-node", "4"], ["--link-gbps", "200"],
               ["--virtual-stages", "2"]]  # fmt: skip

@@ -47,18 +47,30 @@ def test_with_node_egress_and_no_margin_the_70b_winner_has_no_pipeline() -> None
     assert format_search(result).splitlines()[2].startswith("dp32 tp2")
 
 
-def test_the_margin_moves_the_ranking_to_layouts_with_room_to_spare(ranking) -> None:
-    """With the default margin (room for 1.5x the counted gradients and activations) that
-    layout's 46 GB of activations no longer fit; the winner holds less."""
+def test_each_setting_keeps_room_for_its_own_calibrated_margin(ranking) -> None:
+    """Issue 53: each setting gets the margin calibrated for its ZeRO stage and remat
+    (``helpers.planning.margins``): ZeRO-3 without remat x1.17 (the per-op policy's torchtitan
+    peaks), below the old heuristic's x1.5, so the margin-1 winner (dp 32 x tp 2, ZeRO-3, 46 GB of
+    activations) now wins with room for its margin too."""
     result, _ = ranking
     best = result.plans[0]
-    assert (best.degrees["dp"], best.degrees["tp"], best.zero) != (32, 2, 3)
+    assert (best.degrees["dp"], best.degrees["tp"], best.zero) == (32, 2, 3)
+    assert best.margin == pytest.approx(1.17) and best.margin_source != "given"
     assert all(
         p.per_device_bytes["total"]
-        + 0.5 * (p.per_device_bytes["grads"] + p.per_device_bytes["activations"])
+        + (p.margin - 1) * (p.per_device_bytes["grads"] + p.per_device_bytes["activations"])
         <= p.hbm_bytes
         for p in result.plans
     )
+
+
+def test_a_given_margin_applies_to_every_setting_and_moves_the_ranking() -> None:
+    """With the old heuristic's x1.5 for every setting, that layout no longer fits."""
+    result = search_layouts(NAMED_MODELS["llama3-70b"], HARDWARE["h100"], 64, margin=1.5, top=3)
+    best = result.plans[0]
+    assert (best.degrees["dp"], best.degrees["tp"], best.zero) != (32, 2, 3)
+    assert {p.margin for p in result.plans} == {1.5}
+    assert "the margin x1.5" in format_search(result).splitlines()[0]
 
 
 def test_a_search_that_nothing_fits_says_so() -> None:
@@ -71,6 +83,7 @@ def test_the_table_says_what_it_leaves_out_and_explains_only_what_it_shows(ranki
     text = format_search(result)
     lines = text.splitlines()
     assert "'tight': measure it) is left out" in lines[0] and "--margin 1" in lines[0]
+    assert "calibrated per ZeRO stage and remat" in lines[0]
     assert "GB/dev, no margin" in lines[1]
     uses_3k = any(p.options["keep_gathered"] for p in result.plans)
     assert ("ZeRO '3k'" in text) == uses_3k

@@ -97,7 +97,9 @@ OTHER: dict[str, dict[str, st.SearchStrategy[str]]] = {
     "plan": {
         "--json": BAD_PATHS,
         "--zero": st.sampled_from(["4", "-1", "one", ""]),
-        "--precision": st.sampled_from(["bf16", ""]),
+        "--precision": st.sampled_from(["fp8", ""]),  # bf16 is pure bf16 since issue 53
+        "--remat": st.sampled_from(["layer", ""]),
+        "--loss": st.sampled_from(["fp32", ""]),
     },
     "allreduce_probe": {"--coordinator": BAD_HOSTS, "--platform": st.sampled_from(["tpu", ""])},
 }

@@ -18,6 +18,7 @@ FLAGS = [
     "--grad-accum", "--global-batch", "--hardware", "--precision", "--grad-dtype", "--remat",
     "--virtual-stages", "--pp-layers", "--vocab-multiple", "--moe-nodes-per-token",
     "--link-gbps", "--node-gbps", "--per-node", "--matmul-tflops", "--cross-node", "--margin",
+    "--loss",
 ]  # fmt: skip
 SWITCHES = ["--keep-gathered", "--no-flash", "--sequence-parallel", "--no-sequence-parallel",
             "--tp-overlap"]  # fmt: skip
@@ -25,7 +26,8 @@ VALUES = st.one_of(
     st.integers(-3, 130).map(str),
     st.sampled_from(
         ["h100", "a100", "a100-40gb", "v100", "b200", "mi300x", "tpu-v5e", "tpu-v6e", "tpu-v5p",
-         "mixed", "f32", "fp32", "bf16", "none", "selective", "full", "flat", "hierarchical",
+         "mixed", "f32", "fp32", "bf16", "none", "selective", "op", "full", "flat", "hierarchical",
+         "fused", "upcast", "plain",
          "1e3", "2.5", "nan", "inf", "", "x", "-1", "0", "8", "1.3", "10,10,12", "4,4"]
     ),
 )  # fmt: skip

@@ -119,8 +119,9 @@ def test_the_degrees_multiply_to_the_gpu_count_and_the_batch_splits(run: Publish
 def test_settings_are_ones_the_planner_knows(run: PublishedRun):
     assert run.hardware in PEAK_TFLOPS
     assert run.zero in (0, 1, 2, 3)
-    assert run.remat in ("none", "selective", "full")
-    assert run.precision in ("bf16 mixed", "fp16 mixed")
+    assert run.remat in ("none", "selective", "op", "full")
+    assert run.precision in ("bf16 mixed", "fp16 mixed", "bf16 pure")  # pure: issue 53
+    assert run.loss in ("fused", "upcast", "plain")
     assert run.outcome in ("trained", "oom")
     assert run.seq >= 1024 and run.seq % 1024 == 0
     if run.sequence_parallel:

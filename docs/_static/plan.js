@@ -39,6 +39,7 @@
       micro: "Micro-batch (sequences per dp rank)",
       global: "Global batch (sequences per step)",
       globalHint: "from the layout",
+      marginHint: "calibrated",
       margin: "Margin on gradients + activations",
       more: "More flags (see --help)",
       moreHint: "e.g. --grad-dtype fp32 --tp-overlap --top 5",
@@ -97,6 +98,7 @@
       micro: "微批次（每个 dp rank 的序列数）",
       global: "全局批次（每步的序列数）",
       globalHint: "由布局决定",
+      marginHint: "已校准",
       margin: "梯度 + 激活值的余量",
       more: "更多参数（见 --help）",
       moreHint: "例如 --grad-dtype fp32 --tp-overlap --top 5",
@@ -229,7 +231,7 @@
         field(TEXT.seq, number("--seq", "4096")),
         field(TEXT.micro, number("--micro-batch", "1")),
         field(TEXT.global, number("--global-batch", "", TEXT.globalHint)),
-        field(TEXT.margin, number("--margin", String(info.margin))),
+        field(TEXT.margin, number("--margin", "", TEXT.marginHint)),
         el("label", { class: "planner-field planner-wide" }, el("span", { text: TEXT.more }), more),
       ),
       el("div", { class: "planner-buttons" }, planButton, searchButton),
@@ -505,7 +507,10 @@ def planner_run(argv, config):
     };
     for (const part of Object.keys(COLORS)) key(4, COLORS[part], TEXT.parts[part]);
     x = 0;
-    key(24, "url(#planner-hatch)", TEXT.marginKey(plans[0].margin), { stroke: "#888" });
+    const margins = plans.map((p) => p.margin);
+    const [mLo, mHi] = [Math.min(...margins), Math.max(...margins)];
+    key(24, "url(#planner-hatch)", TEXT.marginKey(mLo === mHi ? mLo : `${mLo}–${mHi}`),
+        { stroke: "#888" });
     line(x, 30, x + 14, 30, { stroke: "#b00020", "stroke-width": 2, "stroke-dasharray": "4 2" });
     x += 18;
     text(x, 35, TEXT.hbm(plans[0].hardware, +(hbm / 1e9).toFixed(1)), { fill: "#b00020" });

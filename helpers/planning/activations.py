@@ -33,13 +33,50 @@ expert inputs and hidden tensors, the router's f32 logits), and **fused (flash) 
 (Dao et al. 2022, arXiv:2205.14135): no score matrix at all, only the softmax's f32
 log-sum-exp per head and token, since the backward pass recomputes the scores block by
 block. ``korthikanti_table`` is the closed form above; the tests hold the two equal.
+
+**Recompute schedules** (``REMATS``):
+
+- ``"none"``: every tensor above is kept.
+- ``"selective"`` is **Megatron-LM's** (Korthikanti et al., Section 5; ``--recompute-granularity
+  selective``): only attention's core, QK^T, softmax, dropout and the product with V, is
+  recomputed, so only the score matrix is dropped. With fused attention there is no score
+  matrix to drop, and it keeps what ``"none"`` keeps.
+- ``"op"`` is **torchtitan's** per-op selective activation checkpointing
+  (``mode = "selective"``, ``selective_ac_option = "op"``: ``_save_list`` and its policy in
+  ``torchtitan/parallelisms/parallelize_llama.py`` at pytorch/torchtitan@9dec370, the commit of
+  its Llama 3.1 benchmarks, and ``SelectiveAC`` in
+  ``torchtitan/distributed/activation_checkpoint.py`` at pytorch/torchtitan@b5bcd76): each block
+  is wrapped in a checkpoint whose policy saves the outputs of the matmuls, of fused attention
+  and of reduce-scatters, "except every second mm", and recomputes everything else in the
+  backward pass. A Llama block's matmuls run q, k, v, out, gate, up, down, so it keeps the
+  layer's input, q, v, the attention's output and log-sum-exp, the gate's output and the down
+  projection's output (a two-matrix MLP: its up projection's); k, the out projection, the up
+  projection, the norms, rotary embeddings and the activation function are recomputed
+  (``op_terms``). With tensor and sequence parallelism it also keeps the two reduce-scatters'
+  outputs. Mixture-of-experts layers keep every grouped expert matmul's output (the current
+  policy saves every compute-intensive op but mm, which it counts) and recompute the router.
+  Its counting follows torchtitan's Llama block (separate q, k and v projections); other
+  blocks are counted as if they were laid out so.
+- ``"full"``: each layer keeps its input only and recomputes the rest.
+
+``"op"`` and ``"full"`` recompute a whole layer in the backward pass, which holds that
+layer's activations meanwhile (``helpers.planning.estimate`` adds one layer's ``"none"``).
 """
 
 from __future__ import annotations
 
 from helpers.planning.models import ModelSpec
 
-REMATS = ("none", "selective", "full")
+REMATS = ("none", "selective", "op", "full")
+
+#: Whose schedule each name is (the CLI's help and ``JSON_KEYS`` quote it).
+REMAT_ORIGINS: dict[str, str] = {
+    "none": "every activation kept",
+    "selective": "Megatron-LM's (Korthikanti et al. 2022): attention's scores recomputed",
+    "op": "torchtitan's per-op policy: matmul outputs kept but every second one's, the rest "
+    "recomputed",
+    "full": "each layer's input kept, the rest recomputed",
+}
 
 KORTHIKANTI_ROWS = (
     "no parallelism",
@@ -115,6 +152,43 @@ def _mlp_terms(model: ModelSpec, tp: int, moe: bool, sp: float, act: int) -> dic
     return {k: v for k, v in terms.items() if v}
 
 
+def op_terms(
+    model: ModelSpec, tp: int, moe: bool, sp: float, act: int, *, seq: int = 0, flash: bool = True
+) -> dict[str, float]:
+    """Bytes per token one layer keeps under torchtitan's per-op policy (``remat="op"``; see
+    the module docstring): the outputs of the odd-numbered matmuls of q, k, v, out, gate, up,
+    down (q, k, v, out, up, down for a two-matrix MLP), fused attention's output, the
+    reduce-scatters' outputs, and the layer's input. Unfused attention keeps its score matrix
+    (the softmax's output) instead of the log-sum-exp."""
+    heads = model.n_heads / tp
+    h = model.hidden
+    terms = {
+        "layer input (the checkpoint's)": act * h / sp,
+        "q projection (1st matmul)": act * heads * model.qk_dim(),
+        "v projection (3rd matmul)": act * kv_heads_per_rank(model, tp) * model.v_dim(),
+        "attention output": act * heads * model.v_dim(),
+    }
+    if flash:
+        terms["softmax log-sum-exp (flash, f32)"] = 4.0 * heads
+    else:
+        terms["scores: softmax over s keys"] = act * heads * seq
+    if tp > 1 and sp > 1:
+        terms["reduce-scatter outputs (attention, MLP)"] = 2 * act * h / sp
+    if not moe:
+        if model.mlp_matrices == 3:
+            terms["gate projection (5th matmul)"] = act * model.ffn / tp
+            terms["down projection (7th matmul, before its reduction)"] = act * h
+        else:
+            terms["up projection (5th matmul)"] = act * model.ffn / tp
+        return terms
+    terms["expert matmul outputs (every one)"] = (
+        act * model.top_k * ((model.mlp_matrices - 1) * model.expert_ffn / tp + h)
+    )
+    if model.shared_ffn:
+        terms["shared expert: gate and down outputs"] = act * (model.shared_ffn / tp + h)
+    return terms
+
+
 def activation_terms(
     model: ModelSpec,
     tp: int = 1,
@@ -142,6 +216,8 @@ def activation_terms(
     if remat == "full":
         return {"layer input (all else recomputed)": act_bytes * model.hidden / sp}
     moe = model.is_moe if moe is None else moe
+    if remat == "op":
+        return op_terms(model, tp, moe, sp, act_bytes, seq=seq, flash=flash_attention)
     terms = _attention_terms(model, tp, seq, flash_attention, sp, act_bytes, remat)
     terms.update(_mlp_terms(model, tp, moe, sp, act_bytes))
     return terms
@@ -171,6 +247,6 @@ def layer_activation_bytes(
 
 
 __all__ = [
-    "KORTHIKANTI_ROWS", "REMATS", "activation_terms", "korthikanti_table",
-    "kv_heads_per_rank", "layer_activation_bytes",
+    "KORTHIKANTI_ROWS", "REMATS", "REMAT_ORIGINS", "activation_terms", "korthikanti_table",
+    "kv_heads_per_rank", "layer_activation_bytes", "op_terms",
 ]  # fmt: skip

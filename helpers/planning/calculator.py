@@ -219,7 +219,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "zero": (0, 1, 2, 3),
     "micro_batch": (1, 2, 4, 8),
     "seq": (2048, 4096, 8192),
-    "remat": ("none", "selective", "full"),
+    "remat": ("none", "selective", "op", "full"),
 }
 
 

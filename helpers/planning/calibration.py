@@ -70,6 +70,7 @@ def run_layout(run: Any) -> Layout:
             f"x data-parallel ranks ({ranks})."
         )
     precision = "f32" if str(run.precision).startswith(("fp32", "f32")) else "mixed"
+    precision = "bf16" if str(run.precision) == "bf16 pure" else precision
     return Layout(
         pp=run.pp, dp=dp, ep=ep, cp=run.cp, tp=run.tp, zero=run.zero,
         micro_batch=run.micro_batch, grad_accum=run.global_batch // ranks, seq=run.seq,
@@ -77,7 +78,7 @@ def run_layout(run: Any) -> Layout:
         sequence_parallel=run.sequence_parallel if run.tp > 1 else False,
         virtual_stages=run.virtual_stages, pp_layers=tuple(run.pp_layers),
         precision=precision, grad_dtype=getattr(run, "grad_dtype", "bf16"),
-        keep_gathered=getattr(run, "keep_gathered", False),
+        keep_gathered=getattr(run, "keep_gathered", False), loss=getattr(run, "loss", "fused"),
     )  # fmt: skip
 
 
@@ -148,8 +149,9 @@ def calibrate(runs: tuple[Any, ...]) -> Calibration | None:
 def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
     """One row per published run: its key, name, source, outcome, achieved MFU, the planner's
     optimistic MFU (``"optimistic"``, in the run's own MFU convention; ``"bound"`` is the
-    same value under its old name), its leave-one-out expected MFU, the memory verdict, and
-    the optimistic MFU's ratio to the achieved MFU."""
+    same value under its old name), its leave-one-out expected MFU, the memory verdict (with
+    the calibrated margin), the source's statement that it ran near its memory's limit
+    (``"memory_edge"``, empty if none), and the optimistic MFU's ratio to the achieved MFU."""
     runs = published_runs() if runs is None else runs
     cal = calibrate(runs)
     rows = []
@@ -162,7 +164,7 @@ def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
             "hardware": run.hardware, "achieved": achieved,
             "optimistic": bound, "bound": bound,
             "expected": cal.loo.get(run.key) if cal else None,
-            "memory_verdict": plan.memory_verdict,
+            "memory_verdict": plan.memory_verdict, "memory_edge": getattr(run, "memory_edge", ""),
             "ratio": bound / achieved if achieved else None,
         })  # fmt: skip
     return rows

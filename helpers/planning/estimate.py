@@ -71,9 +71,18 @@ bound**, for two reasons:
 pp, ep and then ZeRO over the data-parallel group; ZeRO-3's gathered weights (two layers,
 or the whole stage with ``keep_gathered``); activations per ``helpers.planning.activations``
 for the micro-batches in flight (1F1B: ``min(m, pp - stage)``; interleaved: Megatron-LM's
-``1 + (pp-1)/(pp v)`` penalty, ``megatron/training/theoretical_memory_usage.py``), the last
-stage's f32 logits (``4 s b h (1 + V/h)`` with the final norm's input, as
-``theoretical_memory_usage.py`` counts them). *Fits* means fits with the margin (``ACTIVATION_MARGIN``).
+``1 + (pp-1)/(pp v)`` penalty, ``megatron/training/theoretical_memory_usage.py``), one layer's
+whole activations while ``"op"`` or ``"full"`` recompute it, and on the last stage the final
+norm's f32 input (``4 s b h``, as ``theoretical_memory_usage.py`` counts it) and the loss over
+the vocabulary at its backward, per token and (padded) vocabulary entry over ``tp``
+(``loss_bytes``): Megatron-LM's fused vocab-parallel cross-entropy keeps the f32 softmax,
+writes its gradient in place and hands back a copy in the activations' dtype (4 + 2 bytes,
+``megatron/core/tensor_parallel/cross_entropy.py``); logits cast to f32 before an unfused
+cross-entropy (torchtitan at pytorch/torchtitan@9dec370, ``train.py``'s
+``cross_entropy(pred.flatten(0, 1).float(), ...)``) hold the log-softmax's output, its
+incoming and its outgoing gradient in f32 (12); an unfused one in the activations' dtype,
+three such copies. *Fits* means fits with the margin that ``helpers.planning.margins``
+calibrates per ZeRO stage and recompute schedule on measured peaks (``memory_verdict``).
 """
 
 from __future__ import annotations
@@ -91,13 +100,11 @@ from helpers.planning.hardware import Hardware
 from helpers.planning.layout import AXES, Layout, check_layout, stage_layers
 from helpers.planning.models import ModelSpec
 
-#: XLA's temporaries over the planner's gradients + activations in notebook 13's compiles of
-#: the series' Transformer under DP and ZeRO-1 (the stages where both hold every gradient)
-#: ranged from 1.22 to 1.51 at 8 CPU devices (the ZeRO-2/3 rows run higher because XLA:CPU
-#: computes every gradient before reduce-scattering it). The planner's count is a lower
-#: bound: "fits" asks for room for the top of that range, rounded to 1.5; a plan that fits
-#: only without it is "tight": measure it (5 of the 20 published runs that trained are
-#: tight, ``helpers.planning.runs``).
+#: The margin a class of plans falls back on where ``helpers.planning.margins`` has no
+#: measured peak for its ZeRO stage and recompute schedule, and none for its runtime at all:
+#: the top of XLA:CPU's temporaries over the planner's gradients + activations in notebook
+#: 13's compiles of the series' Transformer under DP and ZeRO-1 (1.22 to 1.51 at 8 CPU
+#: devices), rounded to 1.5. ``margins.margin_for`` says which margin a plan got and why.
 ACTIVATION_MARGIN = 1.5
 
 #: What can overlap on each axis, as the step time assumes (see the module docstring).
@@ -112,7 +119,14 @@ AXIS_OVERLAP: dict[str, str] = {
     "micro-batch's forward and backward",
 }
 
-_PRECISION_BYTES = {"mixed": (2, 12, 2), "f32": (4, 8, 4)}  # weights, optimizer, activations
+# weights, optimizer state, activations; "bf16" is pure bf16 (both Adam moments in bf16)
+_PRECISION_BYTES = {"mixed": (2, 12, 2), "f32": (4, 8, 4), "bf16": (2, 4, 2)}
+
+
+def loss_bytes(loss: str, act: int) -> float:
+    """Bytes per token and vocabulary entry (over ``tp``) the loss holds at its backward
+    (see the module docstring): "fused" 4 + act, "upcast" 12, "plain" 3 x act."""
+    return {"fused": 4.0 + act, "upcast": 12.0, "plain": 3.0 * act}[loss]
 
 
 @dataclass
@@ -147,6 +161,8 @@ class Plan:
     mfu_error: float | None
     tokens_per_step: int
     notes: list[str] = field(default_factory=list)
+    margin_floor: float = 1.0
+    margin_source: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -275,6 +291,17 @@ def _local_matmul_params(model: ModelSpec, tp: int, moe: bool) -> float:
     return attn + experts / tp + model.router_params()
 
 
+def _op_recomputed_params(model: ModelSpec, tp: int, moe: bool) -> float:
+    """Matmul parameters per token torchtitan's per-op policy recomputes in one layer (its
+    even-numbered matmuls: k, the out projection, and up (gated) or down; see
+    ``activations.op_terms``); a MoE layer's grouped expert matmuls are all saved."""
+    h = model.hidden
+    recomputed = h * kv_heads_per_rank(model, tp) * model.qk_dim()
+    recomputed += model.n_heads / tp * model.v_dim() * h
+    width = model.shared_ffn if moe else model.ffn
+    return recomputed + h * width / tp
+
+
 def _elementwise_bytes(model: ModelSpec, layout: Layout, moe: bool, act: int) -> tuple:
     """HBM bytes per token of one layer's memory-bound kernels, forward: (all, scores only).
 
@@ -323,6 +350,8 @@ def layer_cost(
         bwd += fwd
     elif layout.remat == "selective" and not layout.flash_attention:
         bwd += attn / rate + scores_t
+    elif layout.remat == "op":  # the matmuls it does not save, and every memory-bound kernel
+        bwd += 2 * tok * _op_recomputed_params(model, layout.tp, moe) / rate + elem_t
     cost = {"fwd": fwd, "bwd": bwd, "fwd_wait": 0.0, "bwd_wait": 0.0}
     sent: dict[str, float] = {}
     comm: dict[str, float] = {}
@@ -356,6 +385,9 @@ def _tp_comm(model, layout, net, tok, act, mm_fwd_s, cost, sent, comm, wait) -> 
     if layout.remat == "full":
         bwd_wait += fwd_wait
         bwd_bytes += fwd_bytes
+    elif layout.remat == "op" and layout.sp:  # the two all-gathers are not saved: run again
+        bwd_wait += 2 * ag
+        bwd_bytes += 2 * unit
     fwd_hide = 0.0
     if layout.tp_overlap:
         fwd_hide, fwd_wait, bwd_hide, bwd_wait = fwd_wait, 0.0, bwd_hide + bwd_wait, 0.0
@@ -534,7 +566,7 @@ def _activations(model: ModelSpec, layout: Layout, stage: int, layers: tuple[int
         if n
     )
     total = per_mb * _in_flight(layout, stage)
-    if layout.remat == "full":  # the layer being recomputed holds all of its activations
+    if layout.remat in ("op", "full"):  # the layer being recomputed holds all of its activations
         total += max(
             layer_activation_bytes(model, remat="none", moe=moe, **kw)
             for n, moe in ((layers[0], False), (layers[1], True))
@@ -544,8 +576,9 @@ def _activations(model: ModelSpec, layout: Layout, stage: int, layers: tuple[int
     sp = layout.tp if layout.sp else 1
     if stage == 0 and model.dropout:
         total += tok * model.hidden / sp * _in_flight(layout, 0)
-    if stage == layout.pp - 1:  # final norm's input and f32 logits (Megatron-LM's count)
-        total += 4 * tok * (model.hidden / sp + padded_vocab(model, layout) / layout.tp)
+    if stage == layout.pp - 1:  # final norm's f32 input, and the loss at its backward
+        vocab = padded_vocab(model, layout) / layout.tp
+        total += tok * (4 * model.hidden / sp + loss_bytes(layout.loss, act) * vocab)
     return total
 
 
@@ -698,16 +731,19 @@ def _memory(model: ModelSpec, layout: Layout, stages: list[_Stage]) -> tuple[dic
     return best, fullest
 
 
-def memory_verdict(per_device: dict[str, float], hbm: float, margin: float) -> tuple[bool, str]:
-    """(fits with the margin, verdict): "fits", "tight" (fits only without the margin), or
-    "out of memory". The margin multiplies the gradients and activations, the part XLA's
-    temporaries exceeded in notebook 13."""
-    with_margin = per_device["total"] + (margin - 1) * (
-        per_device["grads"] + per_device["activations"]
-    )
-    if with_margin <= hbm:
+def memory_verdict(
+    per_device: dict[str, float], hbm: float, margin: float, floor: float = 1.0
+) -> tuple[bool, str]:
+    """(fits with the margin, verdict): "fits" (the count, its gradients and activations
+    times ``margin``, within ``hbm``), "out of memory" (not even with them times ``floor``,
+    the smallest factor a measured peak of the plan's class showed; 1, the count alone, where
+    none was measured), or "tight" between the two: measure it. ``helpers.planning.margins``
+    gives both factors."""
+    need = per_device["grads"] + per_device["activations"]
+    if per_device["total"] + (margin - 1) * need <= hbm:
         return True, "fits"
-    return False, "tight" if per_device["total"] <= hbm else "out of memory"
+    low = per_device["total"] + (min(floor, margin) - 1) * need
+    return False, "tight" if low <= hbm else "out of memory"
 
 
 def _notes(model: ModelSpec, layout: Layout, net: _Net, counts: tuple[int, ...]) -> list[str]:
@@ -736,10 +772,12 @@ def _notes(model: ModelSpec, layout: Layout, net: _Net, counts: tuple[int, ...])
 
 def estimate(
     model: ModelSpec, hardware: Hardware, layout: Layout, *, gpus: int | None = None,
-    margin: float = ACTIVATION_MARGIN,
+    margin: float | None = None,
 ) -> Plan:  # fmt: skip
     """Plan ``layout`` for ``model`` on ``hardware`` (see the module docstring); the expected
-    MFU is left to ``helpers.planning.plan.plan_model``.
+    MFU is left to ``helpers.planning.plan.plan_model``. ``margin`` None takes the margin
+    ``helpers.planning.margins.margin_for`` calibrates for the layout's ZeRO stage, recompute
+    schedule and runtime; a number is used as given (with no floor: below it, "tight").
 
     Raises:
       PlanError: a layout that cannot run (one line naming the flag and why).
@@ -772,7 +810,8 @@ def estimate(
 
 def _assemble(
     model: ModelSpec, hardware: Hardware, layout: Layout, net: _Net, stages: list[_Stage],
-    dps: list[_DataParallel], slow: int, t_mb: float, counts: tuple[int, ...], margin: float,
+    dps: list[_DataParallel], slow: int, t_mb: float, counts: tuple[int, ...],
+    margin: float | None,
 ) -> Plan:  # fmt: skip
     m, p, v = layout.grad_accum, layout.pp, layout.virtual_stages
     st, dp = stages[slow], dps[slow]
@@ -784,7 +823,8 @@ def _assemble(
     flops = tokens * model.model_flops_per_token(layout.seq)
     mfu = flops / (step * layout.devices * hardware.peak_flops)
     per_device, _ = _memory(model, layout, stages)
-    fits, verdict = memory_verdict(per_device, hardware.hbm_bytes, margin)
+    margin, floor, source = _margin(hardware, layout, margin)
+    fits, verdict = memory_verdict(per_device, hardware.hbm_bytes, margin, floor)
     sent = {a: m * b for a, b in st.sent.items()}
     comm = {a: m * s for a, s in st.comm.items()}
     waits = {a: m * s for a, s in st.waits.items()}
@@ -803,6 +843,7 @@ def _assemble(
         "flash_attention": layout.flash_attention, "tp_overlap": layout.tp_overlap,
         "vocab": padded_vocab(model, layout) if not model.params_only else 0,
         "cross_node": net.base.cross_node, "matmul_flops": hardware.matmul_flops,
+        "loss": layout.loss,
     }  # fmt: skip
     return Plan(
         model=model.name, hardware=hardware.name, n_params=model.param_count(),
@@ -813,12 +854,22 @@ def _assemble(
         comm_bytes_per_step=sent, comm_seconds_per_step=comm, exposed_seconds_per_step=waits,
         crossing_axes=list(net.crossing), time_breakdown=breakdown, step_time_s=step, mfu=mfu,
         mfu_expected=None, mfu_error=None, tokens_per_step=tokens,
-        notes=_notes(model, layout, net, counts),
+        notes=_notes(model, layout, net, counts), margin_floor=floor, margin_source=source,
     )  # fmt: skip
+
+
+def _margin(hardware: Hardware, layout: Layout, margin: float | None) -> tuple[float, float, str]:
+    """(margin, floor, where they come from): given, or calibrated (``margins.margin_for``)."""
+    if margin is not None:
+        return float(margin), 1.0, "given"
+    from helpers.planning.margins import margin_for  # it plans its points with this module
+
+    m = margin_for(hardware, layout.zero, layout.remat)
+    return m.margin, m.floor, m.source
 
 
 __all__ = [
     "ACTIVATION_MARGIN", "AXIS_OVERLAP", "LayerCost", "Plan", "estimate", "in_node_counts",
-    "node_counts",
+    "loss_bytes", "node_counts",
     "layer_cost", "memory_verdict", "padded_vocab", "split_layers", "stage_params",
 ]  # fmt: skip

@@ -19,8 +19,11 @@ from helpers.planning.activations import REMATS
 from helpers.planning.models import ModelSpec
 
 AXES = ("pp", "dp", "ep", "cp", "tp")  # outermost to innermost
-PRECISIONS = ("mixed", "f32")
+PRECISIONS = ("mixed", "f32", "bf16")
 GRAD_DTYPES = ("bf16", "fp32")
+#: How the last stage computes the loss over the vocabulary (``helpers.planning.estimate``
+#: counts what each holds at the loss's backward, per token and vocabulary entry).
+LOSSES = ("fused", "upcast", "plain")
 
 
 class PlanError(ValueError):
@@ -37,6 +40,10 @@ class Layout:
     ``moe_nodes_per_token``: how many nodes one token's experts sit on when expert
     parallelism crosses nodes: 1 (default) is the least a balanced router allows, the
     optimistic MFU's assumption; DeepSeek-V3 limits its router to 4; 0 means unlimited (uniform).
+    ``precision``: "mixed" (bf16 compute, f32 master weights and Adam), "f32", or "bf16"
+    (pure bf16: weights, gradients and both Adam moments in bf16, no f32 copy).
+    ``loss``: "fused" (Megatron-LM's vocab-parallel cross-entropy), "upcast" (logits cast to
+    f32, then an unfused cross-entropy) or "plain" (unfused, in the activations' dtype).
     """
 
     pp: int = 1
@@ -61,6 +68,7 @@ class Layout:
     moe_nodes_per_token: float = 1.0
     causal: bool = True
     elementwise: bool = True
+    loss: str = "fused"
 
     @property
     def degrees(self) -> dict[str, int]:
@@ -127,6 +135,8 @@ def _check_choices(layout: Layout) -> None:
         raise PlanError(f"--grad-dtype must be one of {GRAD_DTYPES}, got {layout.grad_dtype!r}.")
     if layout.remat not in REMATS:
         raise PlanError(f"--remat must be one of {REMATS}, got {layout.remat!r}.")
+    if layout.loss not in LOSSES:
+        raise PlanError(f"--loss must be one of {LOSSES}, got {layout.loss!r}.")
     if layout.keep_gathered and layout.zero != 3:
         raise PlanError(
             "--keep-gathered needs --zero 3: only ZeRO-3 (FSDP) frees the gathered weights "
@@ -204,4 +214,6 @@ def _check_pp(model: ModelSpec, layout: Layout) -> None:
             )
 
 
-__all__ = ["GRAD_DTYPES", "PRECISIONS", "Layout", "PlanError", "check_layout", "stage_layers"]
+__all__ = [
+    "GRAD_DTYPES", "LOSSES", "PRECISIONS", "Layout", "PlanError", "check_layout", "stage_layers",
+]  # fmt: skip

@@ -18,8 +18,11 @@ Where each number comes from (each module's docstring has the details and source
   the data-parallel group; tensor, pipeline and expert parallelism divide the parameters
   first (Megatron-LM, arXiv:1909.08053 and 2104.04473);
 - activations: Korthikanti et al. 2022 (arXiv:2205.05198), tensor by tensor
-  (``helpers.planning.activations``), with sequence parallelism, selective or full
-  recompute, and fused attention;
+  (``helpers.planning.activations``), with sequence parallelism, recompute (Megatron-LM's
+  selective, torchtitan's per-op policy, or full), fused attention, and the loss over the
+  vocabulary at its backward;
+- the memory margin: ``helpers.planning.margins``, calibrated per runtime, ZeRO stage and
+  recompute schedule on measured peaks (``helpers.planning.peaks``), with their spread;
 - time: ``helpers.planning.estimate``, every collective priced by
   ``helpers.measuring.cost_model`` on two tiers (``helpers.planning.hardware``: NVLink inside
   a node, the node's NICs across nodes, NCCL's flat rings by default);
@@ -42,9 +45,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from helpers.cli import OneLineParser, whole_number, writable_path
-from helpers.planning.activations import REMATS, activation_terms
+from helpers.planning.activations import REMAT_ORIGINS, REMATS, activation_terms
 from helpers.planning.calibration import default_calibration
-from helpers.planning.estimate import ACTIVATION_MARGIN, AXIS_OVERLAP, Plan, estimate
+from helpers.planning.estimate import AXIS_OVERLAP, Plan, estimate
 from helpers.planning.hardware import (
     CROSS_NODE,
     HARDWARE,
@@ -52,7 +55,7 @@ from helpers.planning.hardware import (
     Hardware,
     hardware_with,
 )
-from helpers.planning.layout import GRAD_DTYPES, PRECISIONS, Layout, PlanError
+from helpers.planning.layout import GRAD_DTYPES, LOSSES, PRECISIONS, Layout, PlanError
 from helpers.planning.models import (
     FAMILIES,
     HF_KEYS,
@@ -71,22 +74,25 @@ JSON_KEYS: dict[str, str] = {
     "degrees": "the degree of each axis: pp, dp, ep, cp, tp (their product is the device count)",
     "zero": "ZeRO stage over the data-parallel group: 0 replicates, 1 shards the optimizer "
     "state, 2 also the gradients, 3 also the parameters (FSDP)",
-    "precision": "'mixed' (bf16 compute, f32 master weights and Adam) or 'f32'",
+    "precision": "'mixed' (bf16 compute, f32 master weights and Adam), 'f32', or 'bf16' "
+    "(pure bf16: weights, gradients and Adam's moments, no f32 copy)",
     "micro_batch": "sequences per data-parallel rank per micro-batch",
     "seq": "tokens per sequence",
     "grad_accum": "micro-batches per step",
-    "remat": "'none', 'selective' (Korthikanti's: the attention scores recomputed) or 'full' "
-    "(each layer's activations recomputed in the backward pass)",
+    "remat": "; ".join(f"'{k}': {v}" for k, v in REMAT_ORIGINS.items()),
     "options": "the other settings: sequence_parallel, virtual_stages, pp_layers (layers per "
     "stage), keep_gathered, grad_dtype, flash_attention, tp_overlap, vocab (padded), "
-    "cross_node, matmul_flops",
+    "cross_node, matmul_flops, loss",
     "per_device_bytes": "bytes on the fullest device: params, grads, optimizer, gathered "
     "(ZeRO-3's all-gathered weights), activations, total (activations 0 for a --params model)",
     "hbm_bytes": "the accelerator's HBM in bytes as the device reports it (nvidia-smi's total; "
     "for a TPU the compiler's available bytes), not the vendor's round GB",
-    "margin": "the factor on gradients + activations that 'fits' asks room for",
+    "margin": "the factor on gradients + activations that 'fits' asks room for: the largest "
+    "ratio measured peak / count of the plan's class (runtime, ZeRO stage, remat; "
+    "helpers.planning.margins), or --margin",
     "fits": "total, with gradients + activations times the margin, <= hbm_bytes",
-    "memory_verdict": "'fits', 'tight' (fits only without the margin) or 'out of memory'",
+    "memory_verdict": "'fits', 'out of memory' (not even with gradients + activations times "
+    "margin_floor) or 'tight' between the two: measure it",
     "comm_bytes_per_step": "bytes each device sends per step over each axis",
     "comm_seconds_per_step": "seconds of each axis's collectives per step, hidden or not",
     "exposed_seconds_per_step": "of which on the critical path (see AXIS_OVERLAP)",
@@ -102,6 +108,9 @@ JSON_KEYS: dict[str, str] = {
     "mfu_error": "the largest leave-one-out relative miss of that fit",
     "tokens_per_step": "tokens in one step over all devices",
     "notes": "what the estimate assumed, and settings worth knowing about",
+    "margin_floor": "the smallest ratio measured in the plan's class (1, the count alone, where "
+    "none was measured or --margin is given)",
+    "margin_source": "where the margin comes from: the class, its points and their spread",
 }
 
 
@@ -168,14 +177,18 @@ def plan_model(
     tp_overlap: bool = False,
     vocab_multiple: int = 128,
     moe_nodes_per_token: float = 1.0,
-    margin: float = ACTIVATION_MARGIN,
+    margin: float | None = None,
     causal: bool = True,
     elementwise: bool = True,
+    loss: str = "fused",
 ) -> Plan:
     """Plan ``model`` on ``hardware``; see the module docstring for the model of each number.
 
     ``grad_accum`` defaults to 1, or ``4 x pp`` with a pipeline; ``global_batch`` (sequences
     per step) sets it instead. ``sequence_parallel`` defaults to on with ``tp > 1``.
+    ``margin`` None (the default) takes the margin calibrated on measured peaks for the
+    plan's runtime, ZeRO stage and remat (``helpers.planning.margins``); a number replaces it.
+    ``loss`` is how the last stage computes the loss (``helpers.planning.layout.LOSSES``).
     ``causal=False`` counts attention over the whole score matrix and ``elementwise=False``
     leaves out the memory-bound kernels, as ``cost_model.step_cost`` (notebook 04's
     projection) does: with both, a data-parallel plan's step time is that projection's.
@@ -186,7 +199,7 @@ def plan_model(
         is one line naming the setting.
     """
     model, hardware = _resolve(model, hardware)
-    if not (isinstance(margin, int | float) and margin >= 1):
+    if margin is not None and not (isinstance(margin, int | float) and margin >= 1):
         raise PlanError(f"--margin must be a number >= 1, got {margin!r}.")
     layout = Layout(
         pp=pp, dp=dp, ep=ep, cp=cp, tp=tp, zero=zero, micro_batch=micro_batch,
@@ -195,7 +208,7 @@ def plan_model(
         virtual_stages=virtual_stages, pp_layers=tuple(pp_layers), keep_gathered=keep_gathered,
         precision=precision, grad_dtype=grad_dtype, tp_overlap=tp_overlap,
         vocab_multiple=vocab_multiple, moe_nodes_per_token=moe_nodes_per_token, causal=causal,
-        elementwise=elementwise,
+        elementwise=elementwise, loss=loss,
     )  # fmt: skip
     plan = estimate(model, hardware, layout, gpus=gpus, margin=margin)
     cal = default_calibration()
@@ -259,10 +272,9 @@ def format_plan(p: Plan) -> str:
     )
     rows.append(
         f"HBM               {_gb(p.hbm_bytes)}  as the device reports it -> {p.memory_verdict}: "
-        "with the margin "
-        f"(x{p.margin:g} on gradients + activations, a heuristic: notebook 13) it needs "
-        f"{need / 1e9:.1f} GB"
+        f"with the margin (x{p.margin:g} on gradients + activations) it needs {need / 1e9:.1f} GB"
     )
+    rows.append(f"margin            {p.margin_source or 'given'}")
     rows += _axis_lines(p)
     parts = ", ".join(f"{k} {v:.3f}" for k, v in p.time_breakdown.items() if v)
     rows.append(f"step time         {p.step_time_s:9.3f} s   ({parts} s)")
@@ -347,7 +359,9 @@ def _add_layout_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-gathered", action="store_true",
                    help="ZeRO-3 keeps the gathered weights from forward to backward (2 units, "
                    "more memory; PyTorch's reshard_after_forward=False)")  # fmt: skip
-    p.add_argument("--precision", choices=PRECISIONS, default="mixed")
+    p.add_argument("--precision", choices=PRECISIONS, default="mixed",
+                   help="mixed (bf16 compute, f32 master weights and Adam), f32, or bf16 (pure "
+                   "bf16: weights, gradients and Adam's moments)")  # fmt: skip
     p.add_argument("--grad-dtype", choices=GRAD_DTYPES, default="bf16",
                    help="gradient buffers' dtype in mixed precision (fp32: Megatron-LM's main "
                    "gradients)")  # fmt: skip
@@ -355,12 +369,7 @@ def _add_layout_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=_count, default=4096, help="tokens per sequence")
     p.add_argument("--grad-accum", type=_count, help="micro-batches per step")
     p.add_argument("--global-batch", type=_count, help="sequences per step (sets --grad-accum)")
-    p.add_argument(
-        "--remat",
-        choices=REMATS,
-        default="none",
-        help="recompute: none, selective (the attention scores) or full",
-    )
+    _add_recompute_flags(p)
     p.add_argument("--no-flash", action="store_true", help="unfused attention: scores stored")
     sp = p.add_mutually_exclusive_group()
     sp.add_argument(
@@ -399,6 +408,20 @@ def _add_layout_flags(p: argparse.ArgumentParser) -> None:
                    "least a balanced router allows; 0: unlimited)")  # fmt: skip
 
 
+def _add_recompute_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--remat",
+        choices=REMATS,
+        default="none",
+        help="recompute: none; selective (Megatron-LM's: attention's scores); op "
+        "(torchtitan's per-op policy: every second matmul and all else recomputed); full",
+    )
+    p.add_argument("--loss", choices=LOSSES, default="fused",
+                   help="the loss over the vocabulary: fused (Megatron-LM's vocab-parallel "
+                   "cross-entropy), upcast (logits cast to f32, unfused) or plain (unfused, "
+                   "in the activations' dtype)")  # fmt: skip
+
+
 def _add_hardware_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hardware",
@@ -431,8 +454,10 @@ def _add_hardware_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--margin",
         type=_at_least_one,
-        default=ACTIVATION_MARGIN,
-        help="factor on gradients + activations that 'fits' keeps room for",
+        default=None,
+        help="factor on gradients + activations that 'fits' keeps room for (default: "
+        "calibrated on measured peaks per runtime, ZeRO stage and remat, with their spread: "
+        "helpers.planning.margins)",
     )
 
 
@@ -541,7 +566,7 @@ def _run(args: argparse.Namespace) -> tuple[Plan | None, str]:
         virtual_stages=args.virtual_stages, pp_layers=args.pp_layers,
         keep_gathered=args.keep_gathered, grad_dtype=args.grad_dtype, tp_overlap=args.tp_overlap,
         vocab_multiple=args.vocab_multiple, moe_nodes_per_token=args.moe_nodes_per_token,
-        margin=args.margin,
+        margin=args.margin, loss=args.loss,
     )  # fmt: skip
     return plan, format_plan(plan)
 

@@ -6,7 +6,11 @@ four independent organisations (NVIDIA, Meta, MosaicML, BigScience): A100-80GB a
 and mixture-of-experts, TP, PP (interleaved too), CP, EP, ZeRO-1, FSDP and ZeRO-3, and two
 configurations that their source reports did not fit in memory. Each run's ``source`` says
 where its numbers are; ``assumptions`` says every setting the source leaves out and what was
-chosen; ``mfu_note`` says how ``achieved_mfu`` was obtained.
+chosen; ``mfu_note`` says how ``achieved_mfu`` was obtained. For the memory verdict (issue 53),
+``loss`` says how a run computes its loss over the vocabulary, ``precision`` "bf16 pure" marks
+a run whose weights and Adam state are bf16 (NeMo Automodel's, read in its model code), and
+``memory_edge`` quotes, with its link, a source that says its run was near its memory's limit
+(Llama 3's three runs): only such a run that trained may be called "tight".
 
 How the numbers were checked:
 
@@ -84,6 +88,13 @@ class PublishedRun:
     # MFU counts attention's FLOPs, "full" (PaLM's 12 L H Q T, the whole score matrix) or
     # "causal" (half of it, the causal mask's).
     attention_flops: str = "full"
+    # Added for the memory verdict (issue 53): how the run computes its loss over the
+    # vocabulary ("fused", "upcast", "plain"; helpers.planning.layout.LOSSES), and, where the
+    # source says the run was near its memory's limit, that statement quoted with its place.
+    # No run that trained may be called "tight" or "out of memory" without one
+    # (tests/test_plan_margins.py).
+    loss: str = "fused"
+    memory_edge: str = ""
 
 
 # ---------------------------------------------------------------------------
@@ -275,6 +286,15 @@ _LLAMA3_COMMON = (
     "parallelism not stated: True chosen because the paper cites Korthikanti et al. for TP. "
     "H100 SXM 80GB HBM3 at 700 W (Section 3.3.1)."
 )
+_LLAMA3_EDGE = (
+    "Llama Team (Dubey et al.) 2024, https://arxiv.org/abs/2407.21783, Section 3.3.2, "
+    "'Pipeline parallelism improvements': 'Finally, to reduce memory cost, "
+    "based on detailed memory allocation profiling, we proactively deallocate tensors that "
+    "will not be used for future computation, including the input and output tensors of each "
+    "pipeline stage, that will not be used for future computation. With these optimizations, "
+    "we could pre-train Llama 3 on sequences of 8K tokens without activation checkpointing.' "
+    "(memory profiled and trimmed until the 8K step fit without recomputation)"
+)
 _FOUNDRY_COMMON = (
     "Columns: MicroBatchSize, GradAccum, GlobalBatchSize, Precision amp_bf16, MP Mode DEFAULT "
     "(Composer's FSDP mixed-precision preset, not expanded here), Sharding Strategy "
@@ -295,8 +315,15 @@ _AUTOMODEL_COMMON = (
     "clipping (the page's notes). FSDP2 through nemo_automodel/components/moe/parallelizer.py "
     "at the same commit: reshard_after_forward=False (gathered parameters kept from forward "
     "to backward: recorded as zero=2, as Llama 3), MixedPrecisionPolicy(param_dtype=bf16, "
-    "reduce_dtype=fp32), activation checkpointing wraps every block (remat 'full'). Attention "
-    "by Transformer Engine (fused/flash), DeepEP all-to-all. Optimizer torch.optim.Adam."
+    "reduce_dtype=fp32), activation checkpointing wraps every block (remat 'full'); with "
+    "EP over every FSDP rank the experts are left out of FSDP (ignored_params). Attention "
+    "by Transformer Engine (fused/flash), DeepEP all-to-all. Optimizer torch.optim.Adam. "
+    "Pure bf16 (precision 'bf16 pure'): the model is built in bf16 (initialize_weights' "
+    "default dtype=torch.bfloat16, then self.to(dtype), in nemo_automodel/components/models/"
+    "*/model.py, called by components/checkpoint/checkpointing.py), so the parameters, their "
+    "gradients and Adam's two moments (torch.optim.Adam allocates them like the parameter) "
+    "are bf16, with no f32 copy: 8 bytes per parameter. Loss: the yaml's MaskedCrossEntropy "
+    "with fp32_upcast false, an unfused cross-entropy in bf16 (loss 'plain')."
 )
 
 
@@ -625,6 +652,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         assumptions=_LLAMA3_COMMON
         + " Global batch 32 x 64 = 2048 sequences of 8192 (16.8M tokens, Table 4's '16M'). "
         "No activation checkpointing at 8K (Section 3.3.2).",
+        memory_edge=_LLAMA3_EDGE,
         independent_source="Meta",
     ),
     PublishedRun(
@@ -650,6 +678,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         assumptions=_LLAMA3_COMMON
         + " Global batch 16 x 128 = 2048 sequences of 8192. No activation checkpointing at 8K "
         "(Section 3.3.2).",
+        memory_edge=_LLAMA3_EDGE,
         independent_source="Meta",
     ),
     PublishedRun(
@@ -679,6 +708,9 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         "16 x 8 = 128 sequences. CP all-gathers K and V (Section 3.3.2, 'Context parallelism'), "
         "the sequence cut in 2 x CP chunks. Activation checkpointing at 128K not stated: 'none' "
         "chosen, as at 8K (each CP rank holds 8,192 tokens).",
+        memory_edge=_LLAMA3_EDGE
+        + "; with CP 16 each rank holds 8,192 of the 131,072 tokens, the 8K runs' "
+        "activations per layer",
         independent_source="Meta",
     ),
     # -- MosaicML llm-foundry benchmarks: FSDP FULL_SHARD ------------------------------------
@@ -807,6 +839,8 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         assumptions=_AUTOMODEL_COMMON
         + " Row: GBS 512, MBS 4, LBS 4, GA 16, seq 4096, TP 1, PP 1, CP 1, EP 8, FSDP 8. "
         "Every GPU holds 16 of the 128 experts whole (EP 8 over the 8 FSDP ranks).",
+        precision="bf16 pure",
+        loss="plain",
         attention_flops="causal",
         independent_source="NVIDIA",
     ),
@@ -838,6 +872,8 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         "layers_per_stage 2: the 61 layers fall unevenly over 4 x 8 = 32 chunks; the split is "
         "not published (pp_layers left empty). The multi-token-prediction layer of "
         "config.json is not built (the model code at that commit has none) and not counted.",
+        precision="bf16 pure",
+        loss="plain",
         attention_flops="causal",
         independent_source="NVIDIA",
     ),

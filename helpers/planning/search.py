@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from helpers.planning.calibration import default_calibration
-from helpers.planning.estimate import ACTIVATION_MARGIN, Plan, estimate
+from helpers.planning.estimate import Plan, estimate
 from helpers.planning.hardware import Hardware
 from helpers.planning.layout import Layout, PlanError
 from helpers.planning.models import ModelSpec
@@ -65,10 +65,12 @@ def search_layouts(
     zeros: Sequence[int] = (0, 1, 2, 3),
     remats: Sequence[str] = ("none", "full"),
     flash_attention: bool = True,
-    margin: float = ACTIVATION_MARGIN,
+    margin: float | None = None,
     top: int = 10,
 ) -> SearchResult:
     """Rank the layouts of ``gpus`` devices for ``model`` (see the module docstring).
+    ``margin`` None gives each setting the margin calibrated for its ZeRO stage and remat
+    (``helpers.planning.margins``); a number gives every setting that one.
 
     Raises:
       PlanError: no layout fits, or a setting that is not allowed.
@@ -132,14 +134,19 @@ def format_search(result: SearchResult, seconds: float | None = None) -> str:
         f"{first.model} on {math.prod(first.degrees.values())} x {first.hardware}, "
         f"{result.global_batch} sequences of {first.seq} per step: {result.planned} settings "
         f"planned{took} ({result.refused} refused); each layout once, at its best setting "
-        f"that fits with the margin (x{first.margin:g})"
+        "that fits with "
+        + (
+            f"the margin x{first.margin:g}"
+            if first.margin_source == "given"
+            else "its margin (calibrated per ZeRO stage and remat on measured peaks, column x)"
+        )
         + (
             "; one that fits only without it ('tight': measure it) is left out, and "
             "--margin 1 ranks it."
-            if first.margin > 1
+            if first.margin > 1 or first.margin_source != "given"
             else "."
         ),
-        f"{'layout':<26} {'ZeRO':>4} {'mb':>3} {'remat':<5} {'GB/dev, no margin':>17} "
+        f"{'layout':<26} {'ZeRO':>4} {'mb':>3} {'remat':<5} {'x':>4} {'GB/dev, no margin':>17} "
         f"{'step s':>7} {'optimistic':>10} {'expected':>8}  crosses nodes",
     ]
     for p in result.plans:
@@ -149,7 +156,7 @@ def format_search(result: SearchResult, seconds: float | None = None) -> str:
         zero = f"{p.zero}{'k' if p.options['keep_gathered'] else ''}"
         expected = f"{p.mfu_expected:8.1%}" if p.mfu_expected is not None else f"{'-':>8}"
         rows.append(
-            f"{deg:<26} {zero:>4} {p.micro_batch:>3} {p.remat:<5} "
+            f"{deg:<26} {zero:>4} {p.micro_batch:>3} {p.remat:<5} {p.margin:4.2f} "
             f"{p.per_device_bytes['total'] / 1e9:17.1f} {p.step_time_s:7.2f} {p.mfu:10.1%} "
             f"{expected}  {', '.join(p.crossing_axes) or '-'}"
         )
