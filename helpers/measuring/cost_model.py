@@ -57,7 +57,10 @@ only the gradient all-reduce out of the node.
 NCCL's own tuning model counts them (``src/graph/tuning.cc`` in NVIDIA/nccl v2.17:
 ``baseLat + (nsteps - nInterSteps) * intraLat + nInterSteps * interLat``, with ``N-1``
 steps for an all-gather or reduce-scatter and ``2(N-1)`` for an all-reduce). So a small
-message is never free.
+message is never free. A ring's latency grows with its length; where a ``Network`` carries
+NCCL's tree latencies too (``tree``), an all-reduce that spans nodes runs on NCCL's tree
+when that is faster for its bytes, whose latency grows with ``log2`` of the nodes
+(``tree_latency``, ``collective_time``). ``ring_time`` stays the ring alone.
 
 **More than rings.** ``group_network`` gives a mesh axis's group its share of a node's
 NICs (each GPU of a DGX has its own), ``all_to_all_time`` prices expert parallelism's
@@ -199,6 +202,23 @@ ADAM_BYTES_PER_PARAM = 28
 # nodes; the first two figures are unchanged. An order of magnitude, not a prediction.
 NCCL_RING_LATENCY = (8.4e-6, 3.4e-6, 9.6e-6)
 
+#: NCCL's tuning model as of v2.27.7-1 (NVIDIA/nccl ``src/graph/tuning.cc`` at commit
+#: 593de54e52679b51428571c13271e2ea9f91b1b1, lines 134-156 and 329-361), Simple protocol
+#: (the one NCCL picks for the megabytes a training step's collectives move), in seconds:
+#: ``(baseLat, hwLat NVLink, hwLat NET)`` of the ring, and of the tree (all-reduce only).
+#: Ring: ``baseLat + (nsteps - nInterSteps) x intra + nInterSteps x inter``, ``nsteps`` =
+#: ``N-1`` (all-gather, reduce-scatter) or ``2(N-1)`` (all-reduce), ``nInterSteps`` = ``M-1``
+#: or ``2(M-1)`` over ``M`` nodes. Tree: ``baseLat + 2 ((N/M - 1) x intra + log2i(M) x
+#: inter)``. Left out: the network's own latency (``latencyInter``, 0 unless the network
+#: plugin reports one), the per-step CPU overhead across nodes (3 us on x86 for Simple,
+#: below NVLink's 3.4), the LL and LL128 protocols (lower latency, lower bandwidth: NCCL
+#: picks them for messages of kilobytes), and NVLS, CollNet and PAT.
+NCCL_RING_LATENCY_2_27 = (8.4e-6, 3.4e-6, 14.0e-6)
+NCCL_TREE_LATENCY_2_27 = (8.4e-6, 4.0e-6, 14.0e-6)
+#: NCCL's tree all-reduce reaches at most 0.92 of the ring's bus bandwidth
+#: (``busBw = std::min(busBw*.92, ...)`` for Tree in the same function).
+TREE_BANDWIDTH = 0.92
+
 
 class Network(NamedTuple):
     """Where a collective runs: an intra-node tier and, optionally, an inter-node tier.
@@ -212,6 +232,8 @@ class Network(NamedTuple):
     ``cross_node``: what a collective over ``M`` nodes sends out of each node:
     ``"hierarchical"``, ``(M-1)/M`` of the array (the scaling book's model), or ``"flat"``,
     ``(N-1)/N`` of it (one NCCL ring through every GPU).
+    ``tree``: NCCL's tree latencies (per collective, per hop inside a node, per hop across
+    nodes; ``NCCL_TREE_LATENCY_2_27``), or None: every collective runs on a ring.
     """
 
     gpu_bw: float
@@ -219,6 +241,7 @@ class Network(NamedTuple):
     gpus_per_node: int = 8
     latency: tuple[float, float, float] = (0.0, 0.0, 0.0)
     cross_node: str = "hierarchical"
+    tree: tuple[float, float, float] | None = None
 
 
 CROSS_NODE = ("hierarchical", "flat")
@@ -236,6 +259,8 @@ def as_network(bandwidth: float | Network) -> Network:
         raise ValueError(
             f"bandwidth: gpus_per_node must be >= 1 and latency three seconds >= 0; got {net}."
         )
+    if net.tree is not None and (len(net.tree) != 3 or any(not t >= 0 for t in net.tree)):
+        raise ValueError(f"bandwidth: tree must be None or three seconds >= 0; got {net}.")
     if net.cross_node not in CROSS_NODE:
         raise ValueError(f"bandwidth: cross_node must be one of {CROSS_NODE}; got {net}.")
     return net
@@ -301,6 +326,72 @@ def ring_time(kind: str, nbytes: Any, n_devices: int, network: float | Network) 
     """
     intra, inter, latency = _ring_parts(kind, nbytes, n_devices, network)
     return _scalar_or_array(_maximum(intra, inter) + latency)
+
+
+def tree_latency(n_devices: int, network: float | Network) -> float:
+    """Seconds of latency of one all-reduce on NCCL's tree over ``n_devices`` (``G`` per
+    node, ``M`` nodes): ``base + 2 ((G-1) x intra + log2i(M) x inter)``, the tree's
+    ``network.tree`` latencies (``NCCL_TREE_LATENCY_2_27``; ``log2i`` is NCCL's, rounded
+    down). It grows with the log of the nodes where a ring's grows with their number.
+
+    Raises:
+      ValueError: a network without tree latencies (``tree`` None).
+    """
+    net = as_network(network)
+    if net.tree is None:
+        raise ValueError("tree_latency: this network has no tree latencies (tree=None).")
+    g, m = node_split(n_devices, net)
+    if g * m == 1:
+        return 0.0
+    base, hop_in, hop_out = net.tree
+    return float(base + 2 * ((g - 1) * hop_in + (m.bit_length() - 1) * hop_out))
+
+
+def _collective_parts(
+    kind: str, nbytes: Any, n_devices: int, network: float | Network, n_ops: int = 1
+) -> tuple:
+    """``(NVLink s, NICs s, latency s, algorithm)`` of ``n_ops`` collectives of ``kind`` that
+    together move ``nbytes`` (``nbytes / n_ops`` each), each run as NCCL's tuning model
+    would: all-gathers and reduce-scatters on a ring; an all-reduce over more than one node
+    of a network with ``tree`` latencies on the tree when one such collective is faster
+    there (the tree's bandwidth ``TREE_BANDWIDTH`` of the ring's, its latency
+    ``tree_latency``), else on a ring. ``algorithm``: "ring", "tree", or "ring/tree" for an
+    array of sizes that takes both."""
+    intra, inter, lat = _ring_parts(kind, nbytes, n_devices, network)
+    net = as_network(network)
+    ring = (intra, inter, n_ops * lat, "ring")
+    if kind != "all-reduce" or net.tree is None or node_split(n_devices, net)[1] == 1:
+        return ring
+    t_lat = tree_latency(n_devices, net)
+    wire = _maximum(intra, inter) / n_ops
+    tree = _np().less(wire / TREE_BANDWIDTH + t_lat, wire + lat) if _is_array(wire) else None
+    if tree is None:
+        if wire / TREE_BANDWIDTH + t_lat >= wire + lat:
+            return ring
+        return intra / TREE_BANDWIDTH, inter / TREE_BANDWIDTH, n_ops * t_lat, "tree"
+    np = _np()
+    scale = np.where(tree, 1 / TREE_BANDWIDTH, 1.0)
+    name = "tree" if tree.all() else "ring" if not tree.any() else "ring/tree"
+    return intra * scale, inter * scale, n_ops * np.where(tree, t_lat, lat), name
+
+
+def collective_time(
+    kind: str, nbytes: Any, n_devices: int, network: float | Network, n_ops: int = 1
+) -> Any:
+    """Seconds for ``n_ops`` collectives of ``kind`` moving ``nbytes`` in all, each on the
+    algorithm NCCL's tuning model picks (``_collective_parts``: a ring, or for an all-reduce
+    across nodes the tree when faster). With ``network.tree`` None it is ``ring_time``'s
+    bandwidth plus ``n_ops`` rings' latency."""
+    if n_ops < 1 or int(n_ops) != n_ops:
+        raise ValueError(f"n_ops must be a whole number >= 1; got {n_ops!r}.")
+    intra, inter, latency, _ = _collective_parts(kind, nbytes, n_devices, network, int(n_ops))
+    return _scalar_or_array(_maximum(intra, inter) + latency)
+
+
+def collective_algorithm(kind: str, nbytes: float, n_devices: int, network: float | Network) -> str:
+    """The algorithm, "ring" or "tree", that ``collective_time`` runs one collective of
+    ``nbytes`` on."""
+    return _collective_parts(kind, float(nbytes), n_devices, network)[3]
 
 
 def group_network(network: float | Network, per_node: int) -> Network:
@@ -568,11 +659,13 @@ def comm_time(
     """Seconds of communication per step, per phase (``keep_gathered``: see ``comm_units``).
 
     ``bandwidth`` is one tier's bytes/s one way (the flat ring of ``comm_bytes``, no
-    latency), or a ``Network`` with two tiers and latencies (``ring_time`` per collective).
-    ``n_ops`` splits each collective into that many (say one per layer): the bytes stay,
-    the latency is paid ``n_ops`` times. Within a phase, collectives on one tier queue and
-    those on different tiers overlap (HSDP's reduce-scatter inside the node beside its
-    all-reduce across nodes, layer by layer); every collective pays its latency.
+    latency), or a ``Network`` with two tiers and latencies (``ring_time`` per collective;
+    an all-reduce across nodes on NCCL's tree where the network has ``tree`` latencies and
+    the tree is faster, ``collective_time``). ``n_ops`` splits each collective into that
+    many (say one per layer): the bytes stay, the latency is paid ``n_ops`` times. Within a
+    phase, collectives on one tier queue and those on different tiers overlap (HSDP's
+    reduce-scatter inside the node beside its all-reduce across nodes, layer by layer);
+    every collective pays its latency.
     """
     _check_strategy(strategy)
     if n_params < 0 or not bytes_per_param > 0 or n_ops < 1:
@@ -587,7 +680,8 @@ def comm_time(
     inside = net._replace(node_bw=None)  # a node's own ring: NVLink only
     # every GPU all-reduces its 1/G shard with its peers in the other nodes: G rings side
     # by side share the node's NICs, 2 (M-1)/M of the array out of the node
-    across = Network(math.inf, net.node_bw, 1, (net.latency[0], 0.0, net.latency[2]))
+    tree = None if net.tree is None else (net.tree[0], 0.0, net.tree[2])
+    across = Network(math.inf, net.node_bw, 1, (net.latency[0], 0.0, net.latency[2]), tree=tree)
     if strategy == "dp":
         rings: tuple[list, list] = ([], [("all-reduce", n_devices, net)])
     elif strategy != "hsdp":
@@ -603,11 +697,12 @@ def comm_time(
 
     def phase(collectives: list) -> Any:
         """Collectives of one phase queue on a tier and overlap across tiers: the slower
-        tier's total, plus every collective's latency (``n_ops`` times)."""
+        tier's total, plus every collective's latency (``n_ops`` times; an all-reduce on
+        NCCL's tree where ``_collective_parts`` picks it)."""
         intra = inter = latency = 0.0
         for kind, devices, over in collectives:
-            a, b, lat = _ring_parts(kind, size, devices, over)
-            intra, inter, latency = intra + a, inter + b, latency + n_ops * lat
+            a, b, lat, _ = _collective_parts(kind, size, devices, over, n_ops)
+            intra, inter, latency = intra + a, inter + b, latency + lat
         return _scalar_or_array(_maximum(intra, inter) + latency)
 
     return Phases(phase(rings[0]), phase(rings[1]))

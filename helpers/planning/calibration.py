@@ -79,6 +79,7 @@ def run_layout(run: Any) -> Layout:
         virtual_stages=run.virtual_stages, pp_layers=tuple(run.pp_layers),
         precision=precision, grad_dtype=getattr(run, "grad_dtype", "bf16"),
         keep_gathered=getattr(run, "keep_gathered", False), loss=getattr(run, "loss", "fused"),
+        dp_issue=getattr(run, "dp_issue", "layer"), bucket_mib=getattr(run, "bucket_mib", 25.0),
     )  # fmt: skip
 
 

@@ -47,6 +47,22 @@ each axis adds what cannot hide, as Megatron-LM runs it:
   ``keep_gathered``) and reduce-scatters behind its backward (``cost_model.comm_time``).
 - the optimizer step reads and writes Adam's state from HBM (``cost_model.optimizer_bytes``).
 
+**Latency, per collective as the frameworks issue them.** Every collective pays NCCL's
+latency once (``cost_model.collective_time``, NCCL 2.27's tuning model,
+``helpers.planning.hardware``): a ring's grows with the ring's length (a hop per step), so
+an all-gather or reduce-scatter over 512 H100s pays about 2.4 ms however few its bytes; an
+all-reduce across nodes takes NCCL's tree when that is faster for its bytes, whose latency
+grows with ``log2`` of the nodes. Tensor, context, expert and pipeline parallelism issue
+their collectives per layer and micro-batch, as counted above. The data-parallel group
+issues as its framework does (``Layout.dp_issue``, ``dp_collectives``): one per layer and
+pass (FSDP's wrapped unit, the default), one per bucket (PyTorch DDP's 25 MiB,
+Megatron-core's ``max(40M, 1M x dp)`` parameters), one per parameter tensor, or one for the
+whole buffer (Megatron-LM 2021). The latency hides behind compute as the bytes do. At a
+fixed global batch, more data parallelism leaves each device fewer tokens per collective
+while each collective's latency grows, so the optimistic MFU falls once the latency no
+longer hides (``tests/test_plan_latency.py``; a published strong-scaling series,
+``helpers.planning.runs.MEGATRON21_TABLE2_SERIES``, is in the calibration).
+
 A step is ``(m + (pp-1)/v) x`` the slowest stage's micro-batch time, plus the data-parallel
 remainder and the optimizer step. The **optimistic MFU** (short for *optimistic estimate of
 MFU*: what the step would reach if every assumption of this model held at its best) is PaLM's
@@ -247,12 +263,17 @@ class _Net:
         share = self.base.node_bw * fewest / self.per_node
         return n, self.base._replace(node_bw=share, gpus_per_node=g)
 
-    def ring(self, kind: str, nbytes: float, axes: tuple[str, ...], n_ops: int = 1) -> float:
+    def collective(self, kind: str, nbytes: float, axes: tuple[str, ...], n_ops: int = 1) -> float:
+        """Seconds of ``n_ops`` collectives moving ``nbytes`` in all over one group spanning
+        ``axes``, each paying NCCL's latency on the algorithm NCCL would pick (a ring; an
+        all-reduce across nodes on the tree when faster: ``cost_model.collective_time``)."""
         n, net = self.group(axes)
-        if n == 1:
-            return 0.0
-        intra, inter, latency = cost_model._ring_parts(kind, nbytes, n, net)  # noqa: SLF001
-        return float(max(intra, inter) + n_ops * latency)
+        return 0.0 if n == 1 else float(cost_model.collective_time(kind, nbytes, n, net, n_ops))
+
+    def algorithm(self, kind: str, nbytes: float, axes: tuple[str, ...]) -> str:
+        """The algorithm, "ring" or "tree", one collective of ``nbytes`` over ``axes`` runs on."""
+        n, net = self.group(axes)
+        return "ring" if n == 1 else cost_model.collective_algorithm(kind, nbytes, n, net)
 
     def crosses(self, axis: str) -> bool:
         return axis in self.crossing
@@ -373,8 +394,8 @@ def _tp_comm(model, layout, net, tok, act, mm_fwd_s, cost, sent, comm, wait) -> 
     if tp == 1:
         return
     a = tok * model.hidden * act  # one micro-batch's activations, gathered
-    ag = net.ring("all-gather", a, ("tp",))
-    ar = net.ring("all-reduce", a, ("tp",))
+    ag = net.collective("all-gather", a, ("tp",))
+    ar = net.collective("all-reduce", a, ("tp",))
     unit = a * (tp - 1) / tp  # bytes each rank sends for one all-gather or reduce-scatter
     if layout.sp:
         fwd_wait, bwd_wait, bwd_hide = 4 * ag, 2 * ag, 4 * ag
@@ -639,6 +660,50 @@ def _stage_cost(
     return _Stage(fwd, bwd, fwd_wait, bwd_wait, params, layers, comm, waits, sent)
 
 
+#: Families whose attention holds q, k and v in one matrix (GPT-2's ``c_attn``, BLOOM's and
+#: GPT-NeoX's ``query_key_value``, MPT's ``Wqkv``): two attention matrices, not four.
+_FUSED_QKV = ("gpt2", "gpt_neox", "bloom", "mpt", "falcon")
+
+
+def tensors_per_layer(model: ModelSpec, moe: bool, ep: int = 1) -> int:
+    """Parameter tensors one device holds of one layer (weights, biases and norm vectors,
+    each its own tensor): what a framework that fetches per parameter issues per layer."""
+    if model.mla:
+        attn = 5 + 2  # q down and up, kv down and up, output; the two latent norms
+    else:
+        attn = 2 if model.family in _FUSED_QKV else 4
+    linear = attn + model.mlp_matrices
+    count = linear + model.norms_per_layer * model.norm_vectors + (2 if model.qk_norm else 0)
+    count += linear if model.bias else (3 if model.qkv_bias else 0)
+    if moe:
+        count += 1 + model.mlp_matrices * (model.n_experts // ep - 1)  # router, experts
+        count += model.mlp_matrices if model.shared_ffn else 0
+    return count
+
+
+def dp_collectives(
+    model: ModelSpec, layout: Layout, layers: tuple[int, int], grad_bytes: float,
+    experts: bool = False,
+) -> int:  # fmt: skip
+    """How many collectives the data-parallel group issues for one pass over a stage's
+    weights (``layout.dp_issue``, ``helpers.planning.layout.DP_ISSUES``): one per layer,
+    per ``bucket_mib`` MiB of the ``grad_bytes`` the pass reduces, per parameter tensor, or
+    one for the whole buffer. Each pays NCCL's latency once. ``experts``: count the expert
+    weights' group (its tensors are the experts alone)."""
+    issue = layout.dp_issue
+    if issue == "whole":
+        return 1
+    if issue == "bucket":
+        return max(1, math.ceil(grad_bytes / (layout.bucket_mib * 2**20)))
+    if model.params_only or issue == "layer":
+        return max(1, sum(layers))
+    if experts:
+        return max(1, layers[1] * model.mlp_matrices * (model.n_experts // layout.ep))
+    per = tensors_per_layer(model, False), tensors_per_layer(model, True, layout.ep)
+    moe_dense = per[1] - model.mlp_matrices * (model.n_experts // layout.ep)
+    return max(1, layers[0] * per[0] + layers[1] * moe_dense)
+
+
 class _DataParallel(NamedTuple):
     per_mb: float  # seconds on the critical path per micro-batch (ZeRO-2's, ZeRO-3's)
     once: float  # seconds on the critical path once per step (ZeRO-0's, ZeRO-1's, gathers)
@@ -646,17 +711,19 @@ class _DataParallel(NamedTuple):
     sent: float  # bytes each device sends per step
 
 
-def _dp_phases(layout: Layout, net: _Net, st: _Stage) -> tuple[float, float, float, float, float]:
+def _dp_phases(
+    model: ModelSpec, layout: Layout, net: _Net, st: _Stage
+) -> tuple[float, float, float, float, float]:
     """Seconds of the stage's data-parallel collectives, summed over its two groups (dense,
     experts): (ZeRO-3 forward, ZeRO-3 backward, all-reduce, reduce-scatter, all-gather),
     and the bytes each device sends per pass of each (in ``_dp_cost``)."""
     w_b, g_b, _ = _bytes_per_param(layout)
-    n_ops = max(1, sum(st.layers))
     out = [0.0] * 5
     for axes, params in ((("dp", "ep", "cp"), st.params.dense), (("dp", "cp"), st.params.experts)):
         n, network = net.group(axes)
         if n == 1 or not params:
             continue
+        n_ops = dp_collectives(model, layout, st.layers, params * g_b, experts=axes == ("dp", "cp"))
         if layout.zero == 3:
             ph = cost_model.comm_time(
                 "fsdp", round(params), n, network, w_b, keep_gathered=layout.keep_gathered,
@@ -668,14 +735,14 @@ def _dp_phases(layout: Layout, net: _Net, st: _Stage) -> tuple[float, float, flo
                 "dp", round(params), n, network, g_b, n_ops=n_ops
             ).backward
         else:
-            out[3] += net.ring("reduce-scatter", params * g_b, axes, n_ops)
-            out[4] += net.ring("all-gather", params * w_b, axes, n_ops)
+            out[3] += net.collective("reduce-scatter", params * g_b, axes, n_ops)
+            out[4] += net.collective("all-gather", params * w_b, axes, n_ops)
     return tuple(out)  # type: ignore[return-value]
 
 
-def _dp_cost(layout: Layout, net: _Net, st: _Stage) -> _DataParallel:
+def _dp_cost(model: ModelSpec, layout: Layout, net: _Net, st: _Stage) -> _DataParallel:
     """What the data-parallel group adds to a stage's step (see the module docstring)."""
-    f3, b3, ar, rs, ag = _dp_phases(layout, net, st)
+    f3, b3, ar, rs, ag = _dp_phases(model, layout, net, st)
     w_b, g_b, _ = _bytes_per_param(layout)
     m, z = layout.grad_accum, layout.zero
     dense_n, exp_n = _groups(layout)
@@ -692,6 +759,19 @@ def _dp_cost(layout: Layout, net: _Net, st: _Stage) -> _DataParallel:
         once = max(0.0, rs - bwd_window) + gather
         return _DataParallel(0.0, once, rs + ag, units * (g_b + w_b))
     return _DataParallel(max(0.0, rs - bwd_window), gather, m * rs + ag, units * (m * g_b + w_b))
+
+
+def _dp_issue_options(model: ModelSpec, layout: Layout, net: _Net, st: _Stage) -> dict:
+    """The plan's record of how the dense weights' data-parallel group issues its
+    collectives: the setting, how many per pass on the slowest stage, and the algorithm
+    one of them runs on (ZeRO-0's all-reduce can take NCCL's tree; the rest ring)."""
+    _, g_b, _ = _bytes_per_param(layout)
+    grads = st.params.dense * g_b
+    count = dp_collectives(model, layout, st.layers, grads)
+    kind = "all-reduce" if layout.zero == 0 else "reduce-scatter"
+    algorithm = net.algorithm(kind, grads / count, ("dp", "ep", "cp"))
+    return {"dp_issue": layout.dp_issue, "bucket_mib": layout.bucket_mib,
+            "dp_collectives": count, "dp_algorithm": algorithm}  # fmt: skip
 
 
 def _optimizer_s(layout: Layout, hardware: Hardware, params: _Params) -> float:
@@ -799,7 +879,7 @@ def estimate(
             if key not in cache:
                 cache[key] = _stage_cost(model, layout, hardware, net, i, layers, costs)
             stages.append(cache[key])
-    dps = [_dp_cost(layout, net, st) for st in stages]
+    dps = [_dp_cost(model, layout, net, st) for st in stages]
     per_mb = [
         st.fwd + st.bwd + st.fwd_wait + st.bwd_wait + d.per_mb
         for st, d in zip(stages, dps, strict=True)
@@ -844,6 +924,7 @@ def _assemble(
         "vocab": padded_vocab(model, layout) if not model.params_only else 0,
         "cross_node": net.base.cross_node, "matmul_flops": hardware.matmul_flops,
         "loss": layout.loss,
+        **_dp_issue_options(model, layout, net, st),
     }  # fmt: skip
     return Plan(
         model=model.name, hardware=hardware.name, n_params=model.param_count(),
@@ -871,5 +952,6 @@ def _margin(hardware: Hardware, layout: Layout, margin: float | None) -> tuple[f
 __all__ = [
     "ACTIVATION_MARGIN", "AXIS_OVERLAP", "LayerCost", "Plan", "estimate", "in_node_counts",
     "loss_bytes", "node_counts",
-    "layer_cost", "memory_verdict", "padded_vocab", "split_layers", "stage_params",
+    "dp_collectives", "layer_cost", "memory_verdict", "padded_vocab", "split_layers",
+    "stage_params", "tensors_per_layer",
 ]  # fmt: skip

@@ -21,6 +21,16 @@ NVLink SHARP and a one-GPU-per-node algorithm for special cases). The two models
 only when few nodes are spanned (2 nodes: 15/16 against 1/2 of the array);
 ``--cross-node hierarchical`` chooses the book's.
 
+**Latency.** Each collective on a GPU pays NCCL's latency as its tuning model counts it
+(``cost_model.NCCL_RING_LATENCY_2_27`` and ``NCCL_TREE_LATENCY_2_27``: NVIDIA/nccl
+``src/graph/tuning.cc`` at v2.27.7-1, the Simple protocol; RCCL's own table is not used for
+the MI300X, NCCL's stands in). All-gathers and reduce-scatters run on a ring, whose latency
+grows with its length; an all-reduce across nodes runs on NCCL's tree when that is faster
+for its bytes (its latency grows with ``log2`` of the nodes; ``cost_model.collective_time``).
+On a DGX node's NVLink and NICs that means: inside one node a ring; across two or more nodes
+the tree for a bucket of tens of MB, the ring again for about a GB or more at a few nodes.
+A TPU pod's ICI has one small latency per hop and no tree.
+
 **MAMF.** Stas Bekman's measured "Maximum Achievable Matmul FLOPS" table
 (github.com/stas00/ml-engineering, ``compute/accelerator/README.md``), the best of a
 brute-force search over matmul shapes: A100 SXM 271.2 of 312 TFLOPS, H100 SXM 794.5 of 989
@@ -63,10 +73,11 @@ class Hardware:
     """One accelerator and its node: dense bf16 peak and measured matmul rate (FLOP/s),
     HBM (bytes, bytes/s), one-way bandwidth per device inside a node (``link_bw``, over
     ``per_node`` devices) and out of a node (``node_bw``: all its NICs; None: one tier),
-    NCCL-style latencies, and the sources of every figure. ``hbm_bytes`` is the capacity the
-    device reports (see the module: NVML's total for a GPU, the compiler's available bytes
-    for a TPU), ``hbm_marketed`` the vendor's round figure (bytes, as decimal GB), and
-    ``hbm_source`` where each comes from."""
+    NCCL-style latencies (``latency``: the ring's; ``tree_latency``: the tree's, None where
+    every collective runs on a ring), and the sources of every figure. ``hbm_bytes`` is the
+    capacity the device reports (see the module: NVML's total for a GPU, the compiler's
+    available bytes for a TPU), ``hbm_marketed`` the vendor's round figure (bytes, as
+    decimal GB), and ``hbm_source`` where each comes from."""
 
     name: str
     peak_flops: float
@@ -77,11 +88,12 @@ class Hardware:
     source: str
     matmul_flops: float = 0.0
     hbm_bw: float = 2e12
-    latency: tuple[float, float, float] = cost_model.NCCL_RING_LATENCY
+    latency: tuple[float, float, float] = cost_model.NCCL_RING_LATENCY_2_27
     cross_node: str = DEFAULT_CROSS_NODE
     max_devices: int = 0
     hbm_marketed: float = 0.0
     hbm_source: str = ""
+    tree_latency: tuple[float, float, float] | None = cost_model.NCCL_TREE_LATENCY_2_27
 
     def __post_init__(self) -> None:
         if not self.matmul_flops:
@@ -102,7 +114,12 @@ class Hardware:
     def network(self) -> cost_model.Network:
         """The two tiers, as ``helpers.measuring.cost_model`` prices collectives on them."""
         return cost_model.Network(
-            self.link_bw, self.node_bw, self.per_node, self.latency, self.cross_node
+            self.link_bw,
+            self.node_bw,
+            self.per_node,
+            self.latency,
+            self.cross_node,
+            self.tree_latency,
         )
 
 
@@ -201,7 +218,8 @@ HARDWARE: dict[str, Hardware] = {
         "book's TPU chapter: 2.8e12 B/s HBM, ICI 9e10 B/s one way per link, 1.8e11 "
         "bidirectional per axis, 8,960 chips per pod (16x20x28); no published MAMF: the peak "
         "stands in",
-        hbm_bw=2.8e12, latency=(1e-6, 1e-6, 1e-6), max_devices=8960, hbm_marketed=95e9,
+        hbm_bw=2.8e12, latency=(1e-6, 1e-6, 1e-6), tree_latency=None,
+        max_devices=8960, hbm_marketed=95e9,
         hbm_source=f"95.74 GiB (102.8e9 bytes), {_XLA_TPU} (topology v5p:2x2x1); Google "
         "markets 95 GB (cloud.google.com/tpu/docs/v5p)",
     ),
@@ -210,7 +228,8 @@ HARDWARE: dict[str, Hardware] = {
         "the scaling book's TPU chapter: 1.97e14 bf16 FLOP/s, 16 GB HBM (marketed) at 8.1e11 "
         "B/s, ICI 4.5e10 B/s one way per link (9e10 bidirectional per axis), 16x16 pods; no "
         "published MAMF: the peak stands in",
-        hbm_bw=8.1e11, latency=(1e-6, 1e-6, 1e-6), max_devices=256, hbm_marketed=16e9,
+        hbm_bw=8.1e11, latency=(1e-6, 1e-6, 1e-6), tree_latency=None,
+        max_devices=256, hbm_marketed=16e9,
         hbm_source=f"15.75 GiB (16,911,433,728 bytes), {_XLA_TPU} (v5e:1x1; the same bytes in "
         "helpers/measuring/tpu_programs.json for v5e:2x4); Google: 16 GiB HBM per chip "
         "(docs.cloud.google.com/tpu/docs/v5e), 16 GB in some of its pages",
@@ -220,7 +239,8 @@ HARDWARE: dict[str, Hardware] = {
         "cloud.google.com/tpu/docs/v6e: 918 TFLOPS bf16, 32 GB HBM (marketed) at 1.6 TB/s; the "
         "scaling book's TPU chapter: ICI 9e10 B/s one way per link (1.8e11 bidirectional per "
         "axis), 16x16 pods; no published MAMF: the peak stands in",
-        hbm_bw=1.6e12, latency=(1e-6, 1e-6, 1e-6), max_devices=256, hbm_marketed=32e9,
+        hbm_bw=1.6e12, latency=(1e-6, 1e-6, 1e-6), tree_latency=None,
+        max_devices=256, hbm_marketed=32e9,
         hbm_source=f"31.25 GiB (33.55e9 bytes), {_XLA_TPU} (v6e:1x1); Google markets 32 GB "
         "(docs.cloud.google.com/tpu/docs/v6e)",
     ),

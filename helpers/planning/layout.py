@@ -24,6 +24,14 @@ GRAD_DTYPES = ("bf16", "fp32")
 #: How the last stage computes the loss over the vocabulary (``helpers.planning.estimate``
 #: counts what each holds at the loss's backward, per token and vocabulary entry).
 LOSSES = ("fused", "upcast", "plain")
+#: How the data-parallel group issues its collectives, one pass over a stage's weights:
+#: "layer", one per Transformer layer (PyTorch FSDP wrapping each block, torchtitan, FSDP2);
+#: "bucket", one per ``bucket_mib`` MiB of gradients (PyTorch DDP's ``bucket_cap_mb``, 25 by
+#: default; Megatron-core's ``max(40M, 1M x dp)`` parameters; DeepSpeed's reduce buckets);
+#: "tensor", one per parameter tensor (DeepSpeed ZeRO-3's parameter fetch); "whole", one for
+#: the whole gradient buffer (Megatron-LM 2021's local DDP, ``allreduce_gradients``).
+DP_ISSUES = ("layer", "bucket", "tensor", "whole")
+DDP_BUCKET_MIB = 25.0
 
 
 class PlanError(ValueError):
@@ -44,6 +52,8 @@ class Layout:
     (pure bf16: weights, gradients and both Adam moments in bf16, no f32 copy).
     ``loss``: "fused" (Megatron-LM's vocab-parallel cross-entropy), "upcast" (logits cast to
     f32, then an unfused cross-entropy) or "plain" (unfused, in the activations' dtype).
+    ``dp_issue`` and ``bucket_mib``: how many collectives the data-parallel group issues
+    (``DP_ISSUES``), each paying NCCL's latency.
     """
 
     pp: int = 1
@@ -69,6 +79,8 @@ class Layout:
     causal: bool = True
     elementwise: bool = True
     loss: str = "fused"
+    dp_issue: str = "layer"
+    bucket_mib: float = DDP_BUCKET_MIB
 
     @property
     def degrees(self) -> dict[str, int]:
@@ -151,6 +163,15 @@ def _check_choices(layout: Layout) -> None:
         raise PlanError(f"--moe-nodes-per-token must be >= 0, got {layout.moe_nodes_per_token!r}.")
     if layout.virtual_stages > 1 and layout.pp == 1:
         raise PlanError("--virtual-stages needs --pp > 1: it interleaves pipeline stages.")
+    if layout.dp_issue not in DP_ISSUES:
+        raise PlanError(f"--dp-issue must be one of {DP_ISSUES}, got {layout.dp_issue!r}.")
+    if not (isinstance(layout.bucket_mib, int | float) and layout.bucket_mib > 0):  # NaN too
+        raise PlanError(f"--bucket-mib must be a number > 0, got {layout.bucket_mib!r}.")
+    if layout.bucket_mib != DDP_BUCKET_MIB and layout.dp_issue != "bucket":
+        raise PlanError(
+            f"--bucket-mib needs --dp-issue bucket: with {layout.dp_issue!r} the data-parallel "
+            "collectives are not cut into buckets."
+        )
 
 
 def _check_params_only(layout: Layout) -> None:
@@ -215,5 +236,6 @@ def _check_pp(model: ModelSpec, layout: Layout) -> None:
 
 
 __all__ = [
-    "GRAD_DTYPES", "LOSSES", "PRECISIONS", "Layout", "PlanError", "check_layout", "stage_layers",
+    "DDP_BUCKET_MIB", "DP_ISSUES", "GRAD_DTYPES", "LOSSES", "PRECISIONS", "Layout", "PlanError",
+    "check_layout", "stage_layers",
 ]  # fmt: skip

@@ -55,7 +55,15 @@ from helpers.planning.hardware import (
     Hardware,
     hardware_with,
 )
-from helpers.planning.layout import GRAD_DTYPES, LOSSES, PRECISIONS, Layout, PlanError
+from helpers.planning.layout import (
+    DDP_BUCKET_MIB,
+    DP_ISSUES,
+    GRAD_DTYPES,
+    LOSSES,
+    PRECISIONS,
+    Layout,
+    PlanError,
+)
 from helpers.planning.models import (
     FAMILIES,
     HF_KEYS,
@@ -82,7 +90,9 @@ JSON_KEYS: dict[str, str] = {
     "remat": "; ".join(f"'{k}': {v}" for k, v in REMAT_ORIGINS.items()),
     "options": "the other settings: sequence_parallel, virtual_stages, pp_layers (layers per "
     "stage), keep_gathered, grad_dtype, flash_attention, tp_overlap, vocab (padded), "
-    "cross_node, matmul_flops, loss",
+    "cross_node, matmul_flops, loss, dp_issue and bucket_mib (how the data-parallel group issues "
+    "its collectives), dp_collectives (how many per pass over the slowest stage's weights) "
+    "and dp_algorithm (NCCL's ring or tree for one of them)",
     "per_device_bytes": "bytes on the fullest device: params, grads, optimizer, gathered "
     "(ZeRO-3's all-gathered weights), activations, total (activations 0 for a --params model)",
     "hbm_bytes": "the accelerator's HBM in bytes as the device reports it (nvidia-smi's total; "
@@ -181,6 +191,8 @@ def plan_model(
     causal: bool = True,
     elementwise: bool = True,
     loss: str = "fused",
+    dp_issue: str = "layer",
+    bucket_mib: float = DDP_BUCKET_MIB,
 ) -> Plan:
     """Plan ``model`` on ``hardware``; see the module docstring for the model of each number.
 
@@ -192,6 +204,9 @@ def plan_model(
     ``causal=False`` counts attention over the whole score matrix and ``elementwise=False``
     leaves out the memory-bound kernels, as ``cost_model.step_cost`` (notebook 04's
     projection) does: with both, a data-parallel plan's step time is that projection's.
+    ``dp_issue`` says how many collectives the data-parallel group issues, each paying
+    NCCL's latency (``helpers.planning.layout.DP_ISSUES``: per layer, per ``bucket_mib`` MiB
+    bucket, per parameter tensor, or one).
 
     Raises:
       PlanError: a configuration that cannot run (degrees whose product is not ``gpus``, a
@@ -208,7 +223,7 @@ def plan_model(
         virtual_stages=virtual_stages, pp_layers=tuple(pp_layers), keep_gathered=keep_gathered,
         precision=precision, grad_dtype=grad_dtype, tp_overlap=tp_overlap,
         vocab_multiple=vocab_multiple, moe_nodes_per_token=moe_nodes_per_token, causal=causal,
-        elementwise=elementwise, loss=loss,
+        elementwise=elementwise, loss=loss, dp_issue=dp_issue, bucket_mib=bucket_mib,
     )  # fmt: skip
     plan = estimate(model, hardware, layout, gpus=gpus, margin=margin)
     cal = default_calibration()
@@ -247,6 +262,15 @@ def _axis_lines(p: Plan) -> list[str]:
             f"{p.exposed_seconds_per_step.get(axis, 0):7.3f} s waited{crosses}"
         )
         rows.append(f"          {AXIS_OVERLAP[axis]}")
+        if axis == "dp" and "dp_collectives" in p.options:
+            o = p.options
+            unit = (
+                f"{o['bucket_mib']:g} MiB buckets" if o["dp_issue"] == "bucket" else o["dp_issue"]
+            )
+            rows.append(
+                f"          {o['dp_collectives']} collectives per pass ({unit}), each paying "
+                f"NCCL's latency; one runs on a {o['dp_algorithm']}"
+            )
     return rows
 
 
@@ -422,6 +446,16 @@ def _add_recompute_flags(p: argparse.ArgumentParser) -> None:
                    "in the activations' dtype)")  # fmt: skip
 
 
+def _add_issue_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dp-issue", choices=DP_ISSUES, default="layer",
+                   help="how the data-parallel group issues its collectives, each paying "
+                   "NCCL's latency: one per layer (FSDP), per bucket (DDP), per parameter "
+                   "tensor, or one for the whole buffer")  # fmt: skip
+    p.add_argument("--bucket-mib", type=_positive_float, default=DDP_BUCKET_MIB,
+                   help="MiB of gradients per bucket with --dp-issue bucket (PyTorch DDP's "
+                   "25)")  # fmt: skip
+
+
 def _add_hardware_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hardware",
@@ -486,6 +520,7 @@ def _parser() -> OneLineParser:
     )
     p.add_argument("--top", type=whole_number(1, 1000), default=10, help="layouts --search lists")
     _add_layout_flags(p)
+    _add_issue_flags(p)
     _add_hardware_flags(p)
     p.add_argument(
         "--json", metavar="PATH", type=writable_path, help="write the plan as JSON ('-': stdout)"
@@ -566,7 +601,7 @@ def _run(args: argparse.Namespace) -> tuple[Plan | None, str]:
         virtual_stages=args.virtual_stages, pp_layers=args.pp_layers,
         keep_gathered=args.keep_gathered, grad_dtype=args.grad_dtype, tp_overlap=args.tp_overlap,
         vocab_multiple=args.vocab_multiple, moe_nodes_per_token=args.moe_nodes_per_token,
-        margin=args.margin, loss=args.loss,
+        margin=args.margin, loss=args.loss, dp_issue=args.dp_issue, bucket_mib=args.bucket_mib,
     )  # fmt: skip
     return plan, format_plan(plan)
 

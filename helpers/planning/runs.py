@@ -1,10 +1,12 @@
 """Published, measured training runs: the data the planner is checked against (issue 39).
 
 Pure data, standard library only (no jax, numpy or other helpers modules), so that the planner
-and its test can import it in a bare Python or in Pyodide. ``PUBLISHED_RUNS`` holds 22 runs from
+and its test can import it in a bare Python or in Pyodide. ``PUBLISHED_RUNS`` holds 25 runs from
 four independent organisations (NVIDIA, Meta, MosaicML, BigScience): A100-80GB and H100, dense
-and mixture-of-experts, TP, PP (interleaved too), CP, EP, ZeRO-1, FSDP and ZeRO-3, and two
-configurations that their source reports did not fit in memory. Each run's ``source`` says
+and mixture-of-experts, TP, PP (interleaved too), CP, EP, ZeRO-1, FSDP and ZeRO-3, two
+configurations that their source reports did not fit in memory, and one strong-scaling
+series (``series``: the same model and global batch on 384, 768 and 1,536 GPUs, Narayanan et
+al. 2021's Table 2). Each run's ``source`` says
 where its numbers are; ``assumptions`` says every setting the source leaves out and what was
 chosen; ``mfu_note`` says how ``achieved_mfu`` was obtained. For the memory verdict (issue 53),
 ``loss`` says how a run computes its loss over the vocabulary, ``precision`` "bf16 pure" marks
@@ -21,7 +23,9 @@ How the numbers were checked:
   against their reproduction scripts (``examples/sc21/`` at de7dc40f, which also give the
   micro-batch sizes, the virtual stages, ``--fp16`` and ``--checkpoint-activations``);
   Korthikanti's Table 5 against the MFU/HFU table of the Megatron-LM README at 2e90a342; the
-  Llama 3 Table 4 in three transcriptions (one of which misprints a DP degree, see that run).
+  Llama 3 Table 4 in three transcriptions (one of which misprints a DP degree, see that run);
+  Narayanan's Table 2 (the strong-scaling series) in two transcriptions, and against the
+  table's own last column (days for 300B tokens, which Eq. 4 gives from its teraFLOP/s).
 - Benchmark pages and logs: read in the repositories at the pinned commit named in ``source``
   (mosaicml/llm-foundry, NVIDIA-NeMo/Automodel, bigscience-workshop/bigscience), together with
   the configuration files that produced them at the same commit.
@@ -50,7 +54,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PUBLISHED_RUNS", "PublishedRun"]
+__all__ = ["MEGATRON21_TABLE2_SERIES", "PUBLISHED_RUNS", "PublishedRun"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,14 @@ class PublishedRun:
     # (tests/test_plan_margins.py).
     loss: str = "fused"
     memory_edge: str = ""
+    # How the run's framework issues its data-parallel collectives (the planner's
+    # ``helpers.planning.layout.DP_ISSUES``: "layer", "bucket" of ``bucket_mib`` MiB,
+    # "tensor", "whole"), where the source or its code says; "layer" otherwise.
+    dp_issue: str = "layer"
+    bucket_mib: float = 25.0
+    # Runs of one published series share this tag (a strong-scaling series: the same model
+    # and global batch on more GPUs).
+    series: str = ""
 
 
 # ---------------------------------------------------------------------------
@@ -249,6 +261,27 @@ _AUTOMODEL = (
     "@ 8d9bfb90e3d8a45d45ab1a9f12ece42b9d1bb6a9 (pre-training, DGX-H100, BF16)"
 )
 
+_MEGATRON21_DDP = (
+    "Data-parallel collectives: Megatron-LM's local DDP at de7dc40f (megatron/model/"
+    "distributed.py, allreduce_gradients) all-reduces each dtype's whole gradient buffer once, "
+    "after the backward pass (dp_issue 'whole'); with DDP=torch, PyTorch DDP's 25 MiB buckets."
+)
+_DEEPSPEED_Z3 = (
+    "dp_issue 'tensor': one collective per parameter tensor, the granularity at which "
+    "DeepSpeed's ZeRO-3 fetches a sub-module's parameters; assumed, not read in its 2021 code."
+)
+#: Narayanan et al. 2021, Table 2: the PTD-P rows of the 174.6B model at a fixed global batch
+#: of 1536 on 384, 768 and 1536 GPUs (a strong-scaling series: the same model and batch on
+#: more GPUs, each with fewer micro-batches), teraFLOP/s per GPU 153, 149, 141 (hardware
+#: FLOPs, Eq. 3; the table's training times for 300B tokens, 84, 43 and 23 days, agree with
+#: Eq. 4 at those rates).
+#: The same table's ZeRO-3 rows at the same batch (144, 88, 44 teraFLOP/s: MFU 34.7, 21.2,
+#: 10.6%) are not a series here: the planner, even charging NCCL's latency once per parameter
+#: tensor, gives 62.5, 61.8 and 23.3%; what DeepSpeed's ZeRO-3 of 2021 lost at scale is not
+#: in its model (the 384-GPU row is in, outside the 1.6x band: tests/test_plan_published_runs.py).
+MEGATRON21_TABLE2_SERIES = "narayanan21-table2-ptdp-175b"
+_PTDP_175B = ((384, 153.0, 0.3681), (768, 149.0, 0.3585), (1536, 141.0, 0.3392))
+
 _A100 = "A100 dense FP16/BF16 peak 312 TFLOP/s"
 _H100 = "H100 SXM dense BF16 peak 989 TFLOP/s"
 
@@ -335,6 +368,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     # -- Narayanan et al. 2021 (NVIDIA), Table 1: weak scaling on Selene, A100-80GB ----------
     PublishedRun(
         key="megatron21-gpt-1.7b",
+        dp_issue="bucket",  # DDP=torch in the sc21 script: PyTorch DDP, 25 MiB buckets
         name="GPT 1.7B, 32 A100, DP 32 (Megatron 2021)",
         source=f"{_NARAYANAN}, Table 1 row '1.7' (p. 8); micro-batch from {_SC21}",
         model=_megatron_gpt(24, 2304, 24),
@@ -354,6 +388,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     ),
     PublishedRun(
         key="megatron21-gpt-18b",
+        dp_issue="bucket",  # DDP=torch in the sc21 script: PyTorch DDP, 25 MiB buckets
         name="GPT 18B, 256 A100, TP 8 x DP 32 (Megatron 2021)",
         source=f"{_NARAYANAN}, Table 1 row '18.4' (p. 8); micro-batch from {_SC21}",
         model=_megatron_gpt(40, 6144, 48),
@@ -374,6 +409,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     ),
     PublishedRun(
         key="megatron21-gpt-145b",
+        dp_issue="whole",  # DDP=local: one all-reduce per gradient buffer (_MEGATRON21_DDP)
         name="GPT 145B, 1536 A100, TP 8 x PP 8 x DP 24 (Megatron 2021)",
         source=f"{_NARAYANAN}, Table 1 row '145.6' (p. 8); micro-batch, virtual stages from {_SC21}",
         model=_megatron_gpt(80, 12288, 96),
@@ -399,6 +435,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     ),
     PublishedRun(
         key="megatron21-gpt-530b",
+        dp_issue="whole",  # DDP=local: one all-reduce per gradient buffer (_MEGATRON21_DDP)
         name="GPT 530B, 2520 A100, TP 8 x PP 35 x DP 9 (Megatron 2021)",
         source=f"{_NARAYANAN}, Table 1 row '529.6' (p. 8); micro-batch, virtual stages from {_SC21}",
         model=_megatron_gpt(105, 20480, 128),
@@ -423,6 +460,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     ),
     PublishedRun(
         key="megatron21-gpt-1t",
+        dp_issue="whole",  # DDP=local: one all-reduce per gradient buffer (_MEGATRON21_DDP)
         name="GPT 1T, 3072 A100, TP 8 x PP 64 x DP 6 (Megatron 2021)",
         source=f"{_NARAYANAN}, Table 1 row '1008.0' (p. 8); micro-batch from {_SC21}",
         model=_megatron_gpt(128, 25600, 160),
@@ -448,6 +486,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     # -- Narayanan et al. 2021, Table 2: ZeRO-3 without model parallelism (DeepSpeed) --------
     PublishedRun(
         key="megatron21-zero3-gpt3-175b",
+        dp_issue="tensor",  # assumed: one collective per parameter tensor (_DEEPSPEED_Z3)
         name="GPT-3 175B, 384 A100, ZeRO-3 DP 384 (Megatron 2021)",
         source=f"{_NARAYANAN}, Table 2, ZeRO-3 row '174.6', 384 GPUs (p. 9)",
         model=_megatron_gpt(96, 12288, 96),
@@ -475,6 +514,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     ),
     PublishedRun(
         key="megatron21-zero3-530b-oom",
+        dp_issue="tensor",  # assumed: one collective per parameter tensor (_DEEPSPEED_Z3)
         name="GPT 530B, 560 A100, ZeRO-3 micro-batch 4: out of memory (Megatron 2021)",
         source=f"{_NARAYANAN}, Table 2 caption (p. 9): 'The 530-billion-parameter GPT model "
         "did not fit on 560 GPUs when using a microbatch size of 4 with ZeRO-3'",
@@ -496,6 +536,46 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         "layers, 128 heads, 20480). Recomputation, fp16, no flash attention as in the "
         "ZeRO-3 175B run.",
         independent_source="NVIDIA",
+    ),
+    # -- Narayanan et al. 2021, Table 2: PTD-P at a fixed global batch (strong scaling) --------
+    *(
+        PublishedRun(
+            key=f"megatron21-ptdp-gpt3-175b-{gpus}",
+            name=f"GPT-3 175B, {gpus} A100, TP 8 x PP 12 x DP {gpus // 96}, global batch 1536 "
+            "(Megatron 2021, strong scaling)",
+            source=f"{_NARAYANAN}, Table 2, PTD Parallelism row '174.6', {gpus} GPUs (p. 9): "
+            f"model-parallel size 96, batch 1536, microbatch 1, {tflops:g} teraFLOP/s per GPU",
+            model=_megatron_gpt(96, 12288, 96),
+            hardware="a100-80gb",
+            gpus=gpus,
+            tp=8,
+            pp=12,
+            dp=gpus // 96,
+            virtual_stages=4,
+            micro_batch=1,
+            global_batch=1536,
+            remat="full",
+            precision="fp16 mixed",
+            flash_attention=False,
+            achieved_mfu=mfu,
+            achieved_tflops_per_gpu=tflops,
+            mfu_note=_MEGATRON21_MFU.format(ratio="0.7507")
+            + "; Table 2 counts FLOP/s as Table 1 does (its training times follow Eq. 4).",
+            assumptions="Table 2 gives the model-parallel size (96), batch, GPUs and microbatch "
+            "only. The split TP 8 x PP 12 and the interleaved schedule with 2 layers per virtual "
+            "stage (v = 4) are the authors' own for this model on 96 GPUs (examples/sc21/"
+            "run_figure_12.sh and run_figure_18.sh at de7dc40f: TP=8, PP=12, "
+            "--num-layers-per-virtual-pipeline-stage 2), and Section 5.1 says the end-to-end "
+            "runs use the interleaved schedule; the non-interleaved one (v = 1) is not ruled "
+            "out. Recomputation (Eq. 4's 8TP/nX assumes it), fp16, seq 2048, vocabulary "
+            "51,200, no flash attention and no sequence parallelism as in Table 1. "
+            + _MEGATRON21_DDP
+            + " DDP=local, as every sc21 script with a pipeline.",
+            independent_source="NVIDIA",
+            dp_issue="whole",
+            series=MEGATRON21_TABLE2_SERIES,
+        )
+        for gpus, tflops, mfu in _PTDP_175B
     ),
     # -- Korthikanti et al. 2022 (NVIDIA): sequence parallelism + selective recompute --------
     PublishedRun(
@@ -586,6 +666,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     ),
     PublishedRun(
         key="korthikanti22-mtnlg-530b-dp8",
+        dp_issue="whole",  # Megatron-LM's local DDP, not overlapped (Section 6.3)
         name="MT-NLG 530B, 2240 A100, TP 8 x PP 35 x DP 8, SP + selective (Korthikanti 2022)",
         source=f"{_KORTHIKANTI}, abstract and Section 6.3: 8-way data parallelism (2240 GPUs), "
         "batch multiplied by 8, 39.15 s per iteration, MFU 54.2%",
