@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 from matplotlib.colors import to_hex
 
-from helpers import UnmappedLogicalNameWarning, logical_rules, make_mesh
+from helpers import UnmappedLogicalNameWarning, collective_stats, logical_rules, make_mesh
 from helpers.compat import set_mesh
 from helpers.drawing.draw import device_color
 from helpers.drawing.draw_experts import draw_routing
@@ -204,6 +204,34 @@ def test_moe_layer_sows_its_balance_only_when_asked():
     np.testing.assert_allclose(out, layer.apply({"params": params}, x), atol=1e-6)
 
 
+def test_moe_layer_sums_its_balance_on_each_device_and_gathers_no_logits():
+    # On a (2, 2) mesh, the tokens split over both axes and the experts over "expert": the
+    # loss and its gradient equal those of the whole logits, and the compiled gradient
+    # step adds each device's 2·E sums with an all-reduce instead of gathering the logits.
+    x, router, wi, wo = _layer_inputs()
+    layer = MoEMLP(MoESpec(4, 2, 1.25), 16)
+    params = {"router": router, "wi": wi, "wo": wo}
+
+    def loss(p, x):
+        out, sown = layer.apply({"params": p}, x, mutable=["losses"])
+        balance = sown["losses"]["load_balance"][0]
+        return jnp.sum(out**2) + balance, balance
+
+    want, want_grads = jax.value_and_grad(loss, has_aux=True)(params, x)
+    mesh = make_mesh((2, 2), ("data", "expert"))
+    changes = {"batch": ("data", "expert"), "expert": "expert"}
+    rules = tuple((name, changes.get(name, axes)) for name, axes in logical_rules("dp"))
+    with set_mesh(mesh), nn.logical_axis_rules(rules):
+        step = jax.jit(jax.value_and_grad(loss, has_aux=True)).lower(params, x).compile()
+        got, grads = step(params, x)
+    assert float(got[1]) == pytest.approx(float(load_balance_loss(x @ router, 2)), rel=1e-5)
+    assert float(got[1]) == pytest.approx(float(want[1]), rel=1e-5)
+    for name in params:
+        np.testing.assert_allclose(grads[name], want_grads[name], rtol=1e-4, atol=1e-5)
+    stats = collective_stats(step)
+    assert "all-gather" not in stats and "all-reduce" in stats, stats
+
+
 def test_draw_routing_colours_tokens_and_experts_by_device():
     r = Routing(
         expert=jnp.array([[0, 3], [1, 2], [3, 0], [2, 1]]),
@@ -235,8 +263,15 @@ def test_draw_routing_colours_tokens_and_experts_by_device():
         (x,), (y,) = cross.get_xdata(), cross.get_ydata()
         assert box.get_x() < x < box.get_x() + box.get_width()
         assert box.get_y() < y < box.get_y() + box.get_height()
-    # tokens are numbered on their device: two per device here
+    # tokens are numbered on their device: two per device here, each device named beside them
     assert [t.get_text() for t in ax.texts[:4]] == ["0", "1", "0", "1"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["device 0", "device 1"]
+    tokens_y = sorted(
+        p.get_y() + p.get_height() / 2
+        for p in ax.patches
+        if (p.get_gid() or "").startswith("token:")
+    )
+    assert list(ax.get_yticks()) == pytest.approx([np.mean(tokens_y[:2]), np.mean(tokens_y[2:])])
     assert min(t.get_fontsize() for t in ax.texts) >= 9
     plt.close(fig)
     with pytest.raises(ValueError, match="must divide"):

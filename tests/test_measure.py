@@ -5,6 +5,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from helpers import (
+    collective_line,
     collective_ops,
     collective_stats,
     format_collectives,
@@ -134,6 +135,47 @@ def test_collectives_from_text_async_tuple_and_groups():
     assert rs["bytes"] == 16 * 4  # full input = shard x group size 4
     assert rs["sent_per_device"] == pytest.approx(64 * 3 / 4)
     assert stats["collective-permute"]["sent_per_device"] == 32
+
+
+HLO_LINES = """
+HloModule m, num_partitions=8
+ENTRY %main {
+  %a2a = (f32[1,4]{1,0}, f32[1,4]{1,0}, f32[1,4]{1,0}, f32[1,4]{1,0}, /*index=4*/f32[1,4]{1,0}) all-to-all(%s0, %s1, %s2, %s3, /*index=4*/%s4), channel_id=1, replica_groups={{0,1,2,3,4}}, metadata={op_name="jit(f)/all_to_all"}
+  %ar.1 = f32[8]{0} all-reduce(%x), channel_id=2, replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=%add, metadata={op_name="a"}
+  %ar.2 = (f32[2,8]{1,0}, f32[2,8]{1,0}) all-reduce(%y, %z), channel_id=3, replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=%add
+  %cps = (f32[8]{0}, f32[8]{0}) collective-permute-start(%d), channel_id=4, source_target_pairs={{0,1},{1,0}}, backend_config={"x":1}
+}
+"""
+
+
+def test_collective_line_shortens_the_first_matching_instruction():
+    assert collective_line(HLO_LINES, "all-to-all") == (
+        "%a2a = (f32[1,4], f32[1,4], …, 5 in all) all-to-all(%s0, %s1, …, 5 in all), "
+        "replica_groups={{0,1,2,3,4}}"
+    )
+    assert collective_line(HLO_LINES, "all-reduce") == (
+        "%ar.1 = f32[8] all-reduce(%x), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=%add"
+    )
+    assert collective_line(HLO_LINES, "all-reduce", containing="f32[2,8]").startswith(
+        "%ar.2 = (f32[2,8], f32[2,8]) all-reduce(%y, %z), "
+    )
+    assert collective_line(HLO_LINES, "collective-permute") == (
+        "%cps = (f32[8], f32[8]) collective-permute-start(%d), source_target_pairs={{0,1},{1,0}}"
+    )
+    with pytest.raises(ValueError, match="no all-gather"):
+        collective_line(HLO_LINES, "all-gather")
+    with pytest.raises(ValueError, match="whose line contains 'f64'"):
+        collective_line(HLO_LINES, "all-reduce", containing="f64")
+    with pytest.raises(ValueError, match="kind='psum' must be one of"):
+        collective_line(HLO_LINES, "psum")
+
+
+def test_collective_line_of_a_compiled_psum(mesh):
+    f = jax.shard_map(
+        lambda a: jax.lax.psum(a, "data"), mesh=mesh, in_specs=P("data"), out_specs=P()
+    )
+    line = collective_line(jax.jit(f).lower(jnp.ones((8, 3))).compile(), "all-reduce")
+    assert " all-reduce(" in line and "f32[1,3]" in line and "metadata" not in line
 
 
 def test_step_memory_fields(mesh):

@@ -1,7 +1,8 @@
 """Figures of a mixture of experts: where each token goes, and how full each expert is.
 
 ``draw_routing`` draws, for one small batch, every token on the left (in its device's
-colour, ``device_color``, numbered from 0 on each device), every expert on the right (in the
+colour, ``device_color``, numbered from 0 on each device, the device named beside its tokens),
+every expert on the right (in the
 colour of the device that holds it), and a line from each token to each expert it chose:
 solid, in the token's device colour, when the expert took it; dotted black with a cross on
 the expert's box when the expert was full and dropped it (black, because grey is device 7's
@@ -98,6 +99,19 @@ def _draw_load_bars(
         bars.spines[spine].set_visible(False)
 
 
+def _device_key(ax: Axes, ty: np.ndarray, n_devices: int, unit_pt: float) -> None:
+    """Each device's name beside its tokens (at ``ty``, in device order), as y tick labels;
+    every few devices only where names would stand under 12 pt apart (``unit_pt``: the
+    points in one unit of the y axis)."""
+    per_device = len(ty) // n_devices
+    token_rows = float(ty[1] - ty[0]) if len(ty) > 1 else 1.0
+    every = max(1, int(np.ceil(12 / max(token_rows * per_device * unit_pt, 1e-9))))
+    shown = range(0, n_devices, every)
+    ax.set_yticks([float(np.mean(ty[d * per_device : (d + 1) * per_device])) for d in shown],
+                  [f"device {d}" for d in shown], fontsize=9)  # fmt: skip
+    ax.tick_params(axis="y", length=0)
+
+
 def draw_routing(
     expert: Any,
     kept: Any,
@@ -166,7 +180,7 @@ def draw_routing(
     ax.set_xlim(-0.05, 3.05)
     ax.set_ylim(rows, 0)
     ax.set_xticks([0.3, 2.7], [token_label, "expert"], fontsize=9, va="top")
-    ax.set_yticks([])
+    _device_key(ax, ty, n_devices, fig.get_figheight() * 72 / (rows + 2))
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.set_title("each token to its experts (colour: the device holding it;\n"

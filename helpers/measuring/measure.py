@@ -470,6 +470,62 @@ def format_collectives(stats: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def collective_line(compiled: Any, kind: str, *, containing: str = "") -> str:
+    """The HLO instruction of the first ``kind`` collective of a compiled program, for reading.
+
+    ``kind`` is one of ``COLLECTIVES``; with ``containing``, the first such line that holds
+    that text (say ``"f32[2,8]"``). An async ``-start`` counts as its collective. The line is
+    the compiled HLO's own, shortened: layouts (``{1,0}``), ``metadata``,
+    ``backend_config``, ``channel_id`` and ``use_global_device_ids`` are cut, and a list of
+    more than three operands, or a result tuple of more than three arrays, keeps its first
+    two and says how many it holds (``…, 8 in all``). Accepts the compiled object or its
+    ``as_text()``.
+
+    Raises:
+      ValueError: ``kind`` is not a collective, or the program has no such line.
+    """
+    if kind not in COLLECTIVES:
+        raise ValueError(f"collective_line: kind={kind!r} must be one of {COLLECTIVES}.")
+    text = _hlo_text(compiled)
+    pattern = re.compile(r"^\s*(?:ROOT\s+)?(%?[\w.\-]+) = (.+?) " + re.escape(kind)
+                         + r"(-start)?\((.*)$")  # fmt: skip
+    for line in text.splitlines():
+        found = pattern.match(line)
+        if found and containing in line:
+            break
+    else:
+        where = f" whose line contains {containing!r}" if containing else ""
+        raise ValueError(f"collective_line: the program has no {kind}{where}.")
+    name, result, start, rest = found.groups()
+    rest = re.sub(r",\s*(?:metadata|backend_config|frontend_attributes)=.*$", "", rest)
+    rest = re.sub(r",\s*channel_id=\d+|,\s*use_global_device_ids=true", "", rest)
+    depth, end = 0, len(rest)
+    for i, char in enumerate(rest):  # the operand list ends at its own closing parenthesis
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            end = i
+            break
+    operands, attrs = _shortened(rest[:end]), rest[end + 1 :]
+    result = re.sub(r"(?<=\])\{[0-9,]*(?::[^}]*)?\}", "", result)
+    if result.startswith("(") and result.endswith(")"):
+        result = f"({_shortened(result[1:-1])})"
+    return f"{name} = {result} {kind}{start or ''}({operands}){attrs}"
+
+
+def _shortened(items: str) -> str:
+    """A comma-separated list of HLO arrays or operands, its first two and a count past 3."""
+    parts, depth, current = [], 0, ""
+    for char in re.sub(r"/\*.*?\*/", "", items) + ",":
+        depth += {"[": 1, "{": 1, "(": 1, "]": -1, "}": -1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts, current = [*parts, current.strip()] if current.strip() else parts, ""
+        else:
+            current += char
+    if len(parts) <= 3:
+        return ", ".join(parts)
+    return f"{parts[0]}, {parts[1]}, …, {len(parts)} in all"
+
+
 # ---------------------------------------------------------------------------
 # What a compiled step's temporary memory holds, from its scheduled HLO
 # ---------------------------------------------------------------------------

@@ -22,7 +22,6 @@ Flax layer share live here, with tests:
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -205,6 +204,10 @@ def load_balance_loss(logits: jax.Array, k: int) -> jax.Array:
     ``E`` as the router sends everything to one expert, so adding ``α`` times it to the
     loss pushes the router towards balance.
 
+    Both ``f`` and ``P`` are sums over the tokens divided by their number, so a device
+    holding some of the tokens can compute its ``2·E`` sums alone (``_balance_sums``);
+    ``MoEMLP`` adds them over the devices with one ``psum`` inside its ``shard_map``.
+
     Raises:
       ValueError: ``logits`` has no expert axis, or ``k`` is not an int in
         ``1..experts``.
@@ -218,11 +221,22 @@ def load_balance_loss(logits: jax.Array, k: int) -> jax.Array:
     k = _positive_int(k, "k", "load_balance_loss")
     if k > n_experts:
         raise ValueError(f"load_balance_loss: k={k} must be at most the {n_experts} experts.")
-    flat = logits.reshape(-1, n_experts).astype(jnp.float32)
+    return _balance_from_sums(_balance_sums(logits, k), logits.size // n_experts, k)
+
+
+def _balance_sums(logits: jax.Array, k: int) -> jax.Array:
+    """``(2, experts)``: per expert, how many of the tokens' top-``k`` choices it got (a
+    count, without gradient) and its router probability summed over the tokens."""
+    flat = logits.reshape(-1, logits.shape[-1]).astype(jnp.float32)
     _, chosen = jax.lax.top_k(jax.lax.stop_gradient(flat), k)
-    share = jax.nn.one_hot(chosen, n_experts).sum(axis=1).mean(axis=0) / k  # f_e
-    prob = jax.nn.softmax(flat, axis=-1).mean(axis=0)  # P_e
-    return n_experts * jnp.sum(share * prob)
+    counts = jax.nn.one_hot(chosen, flat.shape[-1]).sum(axis=(0, 1))
+    return jnp.stack([counts, jax.nn.softmax(flat, axis=-1).sum(axis=0)])
+
+
+def _balance_from_sums(sums: jax.Array, tokens: int, k: int) -> jax.Array:
+    """``E · Σ_e f_e · P_e`` from ``_balance_sums`` over ``tokens`` tokens."""
+    share, prob = sums[0] / (tokens * k), sums[1] / tokens  # f_e, P_e
+    return sums.shape[-1] * jnp.sum(share * prob)
 
 
 def expected_drop_rate(tokens: int, n_experts: int, k: int, capacity: int) -> float:
@@ -281,7 +295,10 @@ class MoEMLP(nn.Module):
     ``("expert", "expert")``), the layer runs
     ``expert_parallel_mlp`` in ``jax.shard_map`` over the current mesh (``jax.set_mesh``),
     the tokens split as the rules split ``batch``: tokens travel to their experts with
-    ``all_to_all``. Otherwise every device runs every expert it is given.
+    ``all_to_all``; asked for its balancing loss (``mutable=["losses"]``), each device then
+    computes the loss's ``2·E`` sums over its own tokens and one ``psum`` adds them (the
+    router's logits are never gathered). Otherwise every device runs every expert it is
+    given.
     """
 
     spec: MoESpec
@@ -309,15 +326,14 @@ class MoEMLP(nn.Module):
             (e, self.d_ff, d), self.param_dtype,
         ).astype(self.dtype)  # fmt: skip
         capacity = expert_capacity(x.shape[1], e, k, self.spec.capacity_factor)
-        logits = jnp.einsum("bsd,de->bse", x, router)
-        # For a training step that asks for them (``mutable=["losses"]``), Switch's
-        # balancing loss; for a measurement (``mutable=["intermediates"]``), the share of
-        # the choices each expert got and the share of choices dropped. Neither is
-        # computed otherwise, nor at initialisation.
+        # For a training step that asks for it (``mutable=["losses"]``), Switch's balancing
+        # loss; for a measurement (``mutable=["intermediates"]``), the share of the choices
+        # each expert got and the share of choices dropped. Neither is computed otherwise,
+        # nor at initialisation.
         measuring = not self.is_initializing()
-        if measuring and self.is_mutable_collection("losses"):
-            self.sow("losses", "load_balance", load_balance_loss(logits, k))
+        balance = measuring and self.is_mutable_collection("losses")
         if measuring and self.is_mutable_collection("intermediates"):
+            logits = jnp.einsum("bsd,de->bse", x, router)
             routing = jax.vmap(lambda lg: route(lg, k, capacity))(logits)
             share = jax.nn.one_hot(routing.expert, e).sum(axis=(0, 1, 2)) / routing.expert.size
             self.sow("intermediates", "expert_share", share)
@@ -326,11 +342,44 @@ class MoEMLP(nn.Module):
         (expert_axis,) = nn.logical_to_mesh_axes(("expert",))
         (batch_axes,) = nn.logical_to_mesh_axes(("batch",))
         if expert_axis is None or self.is_initializing():
+            if balance:
+                self.sow("losses", "load_balance", load_balance_loss(x @ router, k))
             return expert_parallel_mlp(x, router, wi, wo, k=k, capacity=capacity)
-        batch = PartitionSpec(batch_axes)
-        program = jax.shard_map(
-            functools.partial(expert_parallel_mlp, k=k, capacity=capacity, axis_name=expert_axis),
-            in_specs=(batch, PartitionSpec(), PartitionSpec(expert_axis), PartitionSpec(expert_axis)),
-            out_specs=batch,
-        )  # fmt: skip
-        return program(x, router, wi, wo)
+        y, sums = _sharded_moe(x, router, wi, wo, k, capacity, expert_axis, batch_axes, balance)
+        if balance:
+            tokens = x.shape[0] * x.shape[1]
+            self.sow("losses", "load_balance", _balance_from_sums(sums, tokens, k))
+        return y
+
+
+def _sharded_moe(
+    x: jax.Array,
+    router: jax.Array,
+    wi: jax.Array,
+    wo: jax.Array,
+    k: int,
+    capacity: int,
+    expert_axis: Any,
+    batch_axes: Any,
+    balance: bool,
+) -> tuple[jax.Array, jax.Array | None]:
+    """``expert_parallel_mlp`` in ``shard_map`` over the current mesh, the experts split over
+    ``expert_axis`` and the tokens over ``batch_axes``; with ``balance``, also the balancing
+    loss's ``2·E`` sums (``_balance_sums``), each device's over its own tokens, added with one
+    ``psum`` over the devices that split the tokens (no gathered logits); else ``None``."""
+    batch = PartitionSpec(batch_axes)
+
+    def per_device(x: jax.Array, router: jax.Array, wi: jax.Array, wo: jax.Array) -> Any:
+        y = expert_parallel_mlp(x, router, wi, wo, k=k, capacity=capacity, axis_name=expert_axis)
+        if not balance:
+            return y
+        sums = _balance_sums(jnp.einsum("bsd,de->bse", x, router), k)
+        return y, (jax.lax.psum(sums, batch_axes) if batch_axes else sums)
+
+    program = jax.shard_map(
+        per_device,
+        in_specs=(batch, PartitionSpec(), PartitionSpec(expert_axis), PartitionSpec(expert_axis)),
+        out_specs=(batch, PartitionSpec()) if balance else batch,
+    )  # fmt: skip
+    out = program(x, router, wi, wo)
+    return out if balance else (out, None)
