@@ -159,6 +159,32 @@ def _tpu(chips: int, topology: str, argument: int, temp: int) -> PeakPoint:
     )  # fmt: skip
 
 
+#: Notebook 08's Transformer, preset ``gpu`` (``helpers.measuring.profile``'s
+#: ``MODEL_PRESETS["transformer"]["gpu"]``: its vocabulary 50,257 padded to 50,304).
+_SERIES_GPU = {
+    "spec": {
+        "name": "notebook 08's Transformer, preset gpu", "hidden": 2048, "n_layers": 8,
+        "n_heads": 16, "n_kv_heads": 16, "ffn": 8192, "vocab": 50304, "head_dim": 128,
+        "mlp_matrices": 2, "norm_vectors": 2, "family": "series", "vocab_multiple": 1,
+    }
+}  # fmt: skip
+
+#: Measured on a real chip, not compiled for one: ``helpers/measuring/reference_tpu_v5e.json``
+#: (``.ci/accelerator_reference.py``, step ``profile-transformer``, one TPU v5e chip,
+#: 2026-12-06, jax 0.10.2): the DP step ran, its ``memory_analysis()`` arguments +
+#: temporaries 15,772,161,024 bytes, under the chip's 16,911,433,728.
+_CHIP_V5E = PeakPoint(
+    key="tpu-v5e-chip-series-gpu-dp",
+    name="notebook 08's Transformer (gpu preset), DP on one TPU v5e chip (ran)",
+    source="helpers/measuring/reference_tpu_v5e.json, profiles.transformer (measured on the chip)",
+    runtime="tpu", model=_SERIES_GPU, hardware="tpu-v5e", dp=1, zero=0, micro_batch=8,
+    seq=1024, precision="mixed", flash_attention=False, loss="plain",
+    peak_bytes=float(7_305_282_048 + 8_466_877_440),
+    peak_published="argument 7,305,282,048 + temp 8,466,877,440 bytes",
+    assumptions="param_dtype f32, dtype bf16 (counted as 'mixed': 16 bytes per parameter); "
+    "Adam; no remat; the series' unfused attention; batch 8 x 1,024 tokens.",
+)  # fmt: skip
+
 MEASURED_PEAKS: tuple[PeakPoint, ...] = (
     _titan(
         "torchtitan-llama3.1-8b-8-fsdp-op",
@@ -245,6 +271,7 @@ MEASURED_PEAKS: tuple[PeakPoint, ...] = (
     _tpu(8, "v5p:2x2x2", 10440786432, 66710025376),
     _tpu(64, "v5p:4x4x4", 1310704128, 66837898880),
     _tpu(256, "v5p:4x8x8", 332481024, 66766562368),
+    _CHIP_V5E,
 )
 
 _TITAN_A100 = (
