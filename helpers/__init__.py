@@ -62,6 +62,7 @@ _LAZY_MODULES = {
     "helpers.drawing.draw": (
         "device_color",
         "draw_mesh",
+        "draw_param_layouts",
         "draw_param_shardings",
         "draw_sharding",
         "draw_strategy_guide",
@@ -736,6 +737,7 @@ __all__ = [
     # drawing/draw
     "device_color",
     "draw_mesh",
+    "draw_param_layouts",
     "draw_param_shardings",
     "draw_sharding",
     "draw_strategy_guide",

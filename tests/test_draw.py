@@ -27,6 +27,7 @@ from helpers.drawing.draw import (
     _text_color,
     device_color,
     draw_mesh,
+    draw_param_layouts,
     draw_param_shardings,
     draw_sharding,
 )
@@ -467,6 +468,57 @@ def transformer():
     x, _ = synthetic_tokens(jax.random.key(0), cfg)
     model = cfg.model()
     return cfg, model, x, param_order(model, x)
+
+
+def test_draw_param_layouts_draws_a_3d_kernel_as_the_same_matrix_under_every_layout(transformer):
+    # FSDP splits the query kernel (embed, heads, kv) along embed, TP along heads: both are
+    # drawn as the (embed, heads x kv) matrix, FSDP's blocks as rows, TP's as columns of
+    # whole heads (a drawing that picked "the split dims" showed each in other dims).
+    cfg, model, x, _ = transformer
+    trees = {name: _abstract(model, x, make_mesh(shape, ("data", "model")), rules)
+             for name, shape, rules in (("fsdp", (8, 1), "fsdp"), ("tp", (1, 8), "tp"))}  # fmt: skip
+    paths = ["block_0/attn/query/kernel", "block_0/attn/out/kernel", "block_0/mlp/up/kernel"]
+    fig = draw_param_layouts(trees, paths, matrix_rows={"query/kernel": 1, "out/kernel": 2})
+    e, hk = cfg.d_model, cfg.n_heads * cfg.head_dim
+    fsdp_q, tp_q = (panel(fig, f"cell:{k}:block_0/attn/query/kernel") for k in ("fsdp", "tp"))
+    for ax in (fsdp_q, tp_q):
+        assert ax.get_xlim() == (0, hk) and ax.get_ylim() == (e, 0)  # the same matrix
+    assert [(a, b, d) for a, b, d, _ in blocks(fsdp_q)] == [
+        ((i * e // 8, 0), ((i + 1) * e // 8, hk), (i,)) for i in range(8)
+    ]
+    assert [(a, b, d) for a, b, d, _ in blocks(tp_q)] == [  # one head's kv columns each
+        ((0, i * hk // 8), (e, (i + 1) * hk // 8), (i,)) for i in range(8)
+    ]
+    assert fsdp_q.get_title() == "P('data', None, None)"  # the array's own spec
+    assert tp_q.get_xlabel() == f"{cfg.n_heads}×{cfg.head_dim} / 'model'"
+    tp_out = panel(fig, "cell:tp:block_0/attn/out/kernel")  # (heads, kv, embed): heads x kv down
+    assert tp_out.get_ylim() == (hk, 0) and len(blocks(tp_out)) == 8
+    headers_ = [t.get_text() for t in fig.texts if (t.get_gid() or "").startswith("column:")]
+    assert headers_[0].endswith(f"({e}, {cfg.n_heads}×{cfg.head_dim})")
+    assert [t.get_text() for t in fig.texts if (t.get_gid() or "").startswith("row:")] == [
+        "fsdp",
+        "tp",
+    ]
+    assert {p.get_gid() for p in panel(fig, "key").patches} == {f"key:{d}" for d in range(8)}
+
+
+def test_draw_param_layouts_refuses_what_it_cannot_draw_the_same_way(transformer):
+    cfg, model, x, _ = transformer
+    tree = {"tp": _abstract(model, x, make_mesh((1, 8), ("data", "model")), "tp")}
+    with pytest.raises(ValueError, match="rank 3: give matrix_rows"):
+        draw_param_layouts(tree, ["block_0/attn/query/kernel"])
+    with pytest.raises(ValueError, match="matches 4 arrays"):
+        draw_param_layouts(tree, ["attn/query/kernel"])
+    # out (heads, kv, embed) with one leading dim as rows: heads down, kv x embed across,
+    # which TP does not split: drawn.
+    draw_param_layouts(tree, ["block_0/attn/out/kernel"], matrix_rows={"out/kernel": 1})
+    mesh = make_mesh((1, 8), ("data", "model"))
+    kv_split = {"a": {"w": jax.ShapeDtypeStruct((4, 16, 8), jnp.float32,
+                                                sharding=NamedSharding(mesh, P(None, "model", None)))}}  # fmt: skip
+    with pytest.raises(ValueError, match="no matrix_rows draws each"):
+        draw_param_layouts(kv_split, ["w"], matrix_rows={"w": 2})  # (4 x 16) rows, 16 split
+    with pytest.raises(ValueError, match="non-empty"):
+        draw_param_layouts({}, ["w"])
 
 
 def test_draw_param_shardings_flax_mlp_stack_in_model_order():

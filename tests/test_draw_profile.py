@@ -1,6 +1,7 @@
 """Tests of helpers.drawing.draw_profile: the profile's two figures draw what was measured and projected."""
 
 import dataclasses
+import itertools
 
 import matplotlib
 import numpy as np
@@ -90,26 +91,54 @@ def test_plot_projection_draws_the_cost_model_and_one_shared_knee():
     assert lines["fsdp (keeps gathers), NVLink"].get_ydata() == pytest.approx(step.step_s * 1e3)
     zero3 = cm.step_cost(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, tokens=tokens)
     assert lines["fsdp (ZeRO-3, frees), NVLink"].get_ydata() == pytest.approx(zero3.step_s * 1e3)
-    # Every knee coincides: one dotted line for all of them, and the scaling book's.
+    # Every knee coincides: one dotted line for all of them, and the scaling book's, each
+    # named with its value in the legend (no text over the curves).
     knee = cm.knee_tokens(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, keep_gathered=True)
     dotted = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
     assert dotted == pytest.approx([knee])
-    labels = [t.get_text() for t in ax.texts]
-    assert f"knee of every case: {knee:,.0f} tokens" in labels
-    assert "scaling book C/W: 2,198 tokens" in labels
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert f"knee of every case: {knee:,.0f} tokens" in legend
+    assert "scaling book C/W: 2,198 tokens" in legend
+    assert not ax.texts
     assert ax.get_xscale() == "log" and "tokens per device" in ax.get_xlabel()
     assert "no latency, no optimizer step" in ax.get_title()
-    # the labels sit in the headroom above every curve, the legend below the axes
+    # the y-range is the curves' own, with a quarter's room each side: no empty band
+    curves = [line.get_ydata() for line in ax.get_lines() if len(line.get_ydata()) > 2]
+    low, high = min(min(y) for y in curves), max(max(y) for y in curves)
+    assert ax.get_ylim() == pytest.approx((low / 1.25, high * 1.25))
     fig = ax.figure
     fig.canvas.draw()
-    top = max(max(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) > 2)
-    curves_top = ax.transData.transform((1e3, top))[1]
-    for text in ax.texts:
-        assert text.get_window_extent().y0 > curves_top, text.get_text()
-        assert text.get_fontsize() >= 9
-    legend = ax.get_legend()
-    assert legend.get_window_extent().y1 < ax.get_window_extent().y0
+    assert ax.get_legend().get_window_extent().y1 < ax.get_window_extent().y0  # below the axes
     plt.close(fig)
+
+
+def test_plot_projection_shows_every_line_where_lines_coincide():
+    # Left of the knee ZeRO-3's line and remat's are one curve, and right of it every case
+    # runs along compute: each line keeps a marker of its own, never where another has one.
+    cfg = profile.PRESETS["gpu"]
+    bws = {"NVLink": cm.NVLINK4, "PCIe": cm.PCIE5_X16}
+    ax = plot_projection(cfg, 8, 989e12, bws, bytes_per_param=4)
+    cases = [
+        line
+        for line in ax.get_lines()
+        if "NVLink" in line.get_label() or "PCIe" in line.get_label()
+    ]
+    assert len(cases) == 8
+    zero3, remat = (
+        next(line for line in cases if line.get_label() == f"{name}, NVLink")
+        for name in ("fsdp (ZeRO-3, frees)", "fsdp + remat")
+    )
+    assert zero3.get_ydata()[0] == pytest.approx(remat.get_ydata()[0])  # they do coincide
+    assert zero3.get_marker() != remat.get_marker()
+    marked = []
+    for line in cases:
+        start, every = line.get_markevery()
+        xs = line.get_xdata()[start::every]
+        assert len(xs) >= 4 and line.get_marker() not in ("", "None", None), line.get_label()
+        marked.append(set(np.round(xs, 6)))
+    for a, b in itertools.combinations(marked, 2):
+        assert not a & b  # no two lines put a marker at the same point
+    plt.close(ax.figure)
 
 
 def test_plot_projection_takes_a_network_and_says_it_has_latency():
@@ -133,29 +162,6 @@ def test_plot_projection_joins_cases_whose_lines_coincide():
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="cases: .* is not a ProjectionCase"):
         plot_projection(cfg, 8, 989e12, {"NVLink": cm.NVLINK4}, cases=(("fsdp", False),))
-
-
-@pytest.mark.parametrize("bandwidth", [cm.NVLINK4, cm.PCIE5_X16])
-def test_plot_projection_labels_cross_no_other_mark_and_stay_inside(bandwidth):
-    # The knee (1,923 tokens on NVLink 4) sits 12% left of C/W (2,198): a label written
-    # rightwards from the knee used to run across the C/W line. On PCIe the order flips.
-    cfg = profile.PRESETS["gpu"]
-    c_over_w = cm.compute_bound_tokens(989e12, bandwidth)
-    ax = plot_projection(cfg, 8, 989e12, {"link": bandwidth}, bytes_per_param=2,
-                         scaling_book=c_over_w)  # fmt: skip
-    fig = ax.figure
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    marks = [line for line in ax.get_lines() if line.get_linestyle() in (":", "-.")]
-    xs = [ax.transData.transform((line.get_xdata()[0], 1))[0] for line in marks]
-    assert len(xs) == 2
-    inside = ax.get_window_extent(renderer)
-    for text in ax.texts:
-        box = text.get_window_extent(renderer)
-        crossed = [x for x in xs if box.x0 + 1 < x < box.x1 - 1]
-        assert not crossed, f"{text.get_text()!r} runs across a mark's line"
-        assert inside.x0 <= box.x0 and box.x1 <= inside.x1, f"{text.get_text()!r} is clipped"
-    plt.close(fig)
 
 
 def _spans():
@@ -191,6 +197,20 @@ def test_plot_trace_timeline_draws_a_row_per_device_and_marks_the_exposed_part()
     plt.close(fig)
     with pytest.raises(ValueError, match="traces must map"):
         plot_trace_timeline({})
+
+
+def test_plot_trace_timeline_puts_every_panel_on_one_time_axis():
+    from helpers.measuring.trace import Span
+
+    short = [Span(d, "fusion.1", "compute", 0.0, 100.0, "jit_step", 0, "t") for d in range(2)]
+    fig = plot_trace_timeline({"dp": _spans(), "fsdp": short})
+    dp_ax, fsdp_ax = fig.axes
+    # the longer step (0.5 ms) sets the axis of both panels: equal widths are equal times
+    assert dp_ax.get_xlim() == fsdp_ax.get_xlim() == pytest.approx((0, 0.5 * 1.01))
+    assert "one scale for every panel" in fsdp_ax.get_xlabel()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="step=5 is not a traced step"):
+        plot_trace_timeline({"dp": _spans()}, step=5)
 
 
 def test_plot_knee_by_devices_marks_the_node_boundary_and_joins_equal_knees():

@@ -157,7 +157,7 @@ def test_table_states_what_it_measured(tiny):
     assert "median step time ratios, same run: fsdp/dp = " in table
     ratio = results[1].step_median_s / results[0].step_median_s
     assert f"fsdp/dp = {ratio:.2f}" in table
-    assert "<= 4.9 KiB" in table  # DP did not raise the fake allocator's peak
+    assert "allocator" not in table  # measured (the JSON keeps it), not explained: not shown
     assert "all-gather x" in table
 
 

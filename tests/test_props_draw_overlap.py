@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-from helpers import draw_mesh, draw_param_shardings, draw_sharding
+from helpers import draw_mesh, draw_param_layouts, draw_param_shardings, draw_sharding
 
 matplotlib.use("Agg")
 
@@ -158,6 +158,34 @@ def test_draw_sharding_never_prints_text_over_text(data):
     ax = draw_sharding(x, title=title)
     bad = overlapping_labels(ax.figure)
     plt.close(ax.figure)
+    assert bad == []
+
+
+@_SETTINGS
+@given(st.data())
+def test_draw_param_layouts_never_prints_text_over_text(data):
+    """A few parameters (rank 0-2, long names, odd sizes) under one to three layouts."""
+    mesh = data.draw(meshes(max_axes=2))
+    names = data.draw(st.lists(st.sampled_from(SHORT + LONG), min_size=1, max_size=6, unique=True))
+    shapes = {n: tuple(data.draw(st.lists(BIG_DIMS, min_size=0, max_size=2))) for n in names}
+    layouts = data.draw(st.lists(st.sampled_from(["dp", "fsdp on (8, 1)", "a layout of my own"]),
+                                 min_size=1, max_size=3, unique=True))  # fmt: skip
+    trees = {
+        layout: {
+            "params": {
+                n: jax.ShapeDtypeStruct(
+                    shape,
+                    jax.numpy.float32,
+                    sharding=NamedSharding(mesh, data.draw(fitting_specs(shape, mesh))),
+                )
+                for n, shape in shapes.items()
+            }  # fmt: skip
+        }
+        for layout in layouts
+    }
+    fig = draw_param_layouts(trees, [f"params/{n}" for n in names], title="layouts")
+    bad = overlapping_labels(fig)
+    plt.close(fig)
     assert bad == []
 
 

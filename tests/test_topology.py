@@ -18,6 +18,7 @@ from helpers import (  # noqa: E402
     hlo_schedule,
     make_mesh,
     program_summary,
+    recorded_program,
     tpu_compiler_available,
     tpu_devices,
     tpu_out_of_memory,
@@ -68,6 +69,17 @@ def test_fsdp_on_eight_tpu_chips_is_the_textbooks_where_the_cpus_is_not():
     table = format_programs({"XLA:CPU": cpus.compiled, "XLA:TPU": chips.compiled})
     assert "reduce-scatter" in table and "bf16" in table and "temporaries" in table
     assert hlo_schedule(chips.compiled)  # a scheduled module, read like the CPU's
+
+
+def test_format_programs_leaves_the_memory_rows_out_when_asked():
+    tpu = recorded_program("fsdp, tiny preset, v5e:2x4")["summary"]
+    with_memory, without = (
+        format_programs({"TPU": tpu}),
+        format_programs({"TPU": tpu}, memory=False),
+    )
+    assert "arguments" in with_memory and "temporaries" in with_memory
+    assert "arguments" not in without and "temporaries" not in without
+    assert without.splitlines()[:4] == with_memory.splitlines()[:4]  # the collectives stay
 
 
 @needs_libtpu

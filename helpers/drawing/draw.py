@@ -45,6 +45,7 @@ from helpers.placing.sharding import (
 __all__ = [
     "device_color",
     "draw_mesh",
+    "draw_param_layouts",
     "draw_param_shardings",
     "draw_sharding",
     "draw_strategy_guide",
@@ -732,6 +733,245 @@ def draw_sharding(x: Any, ax: Axes | None = None, title: str | None = None) -> A
       ValueError: ``x`` is not an array, or it has no sharding.
     """
     return _draw_sharding(x, ax, title, compact=False, where="draw_sharding: array")
+
+
+# ---------------------------------------------------------------------------
+# draw_param_layouts: a few parameters under several layouts, one row each
+# ---------------------------------------------------------------------------
+
+
+class _Matrix:
+    """A parameter as the 2-D matrix ``draw_param_layouts`` draws: its ``groups`` of
+    dimensions (rows, columns), ``view`` (an abstract array of that shape whose sharding
+    gives every device the same elements as the parameter's), and ``spec``, the
+    parameter's own ``PartitionSpec`` as text."""
+
+    def __init__(self, leaf: Any, rows: int | None, where: str) -> None:
+        import jax
+
+        shape_, sharding = sharding_of(leaf, where)
+        shape = tuple(int(n) for n in shape_)
+        rank = len(shape)
+        if rank > 2 and rows is None:
+            raise ValueError(
+                f"{where} has rank {rank}: give matrix_rows an entry for it (how many of its "
+                "leading dimensions are the matrix's rows), so that it is drawn the same way "
+                "under every layout."
+            )
+        if rows is None:
+            rows = rank - 1 if rank else 0
+        if not 0 <= rows <= rank:
+            raise ValueError(f"{where}: matrix_rows={rows} for a rank-{rank} array.")
+        self.shape, self.sharding, self.spec = shape, sharding, _spec_text(sharding)
+        self.groups = (tuple(range(rows)), tuple(range(rows, rank)))
+        local = tuple(int(n) for n in shard_shape(shape, sharding))
+        entries = []
+        for group in self.groups:
+            split = [d for d in group if local[d] < shape[d]]
+            # a split keeps each device's elements contiguous in the merged dimension only
+            # when it cuts the group's first dimension longer than 1
+            first = next((d for d in group if shape[d] > 1), None)
+            if len(split) > 1 or (split and split[0] != first):
+                raise ValueError(
+                    f"{where} ({self.spec}, shape {shape}) splits dims {split} of the dims "
+                    f"{list(group)} that one matrix side merges: no matrix_rows draws each "
+                    "device's part as one block; choose another."
+                )
+            entries.append(spec_of(sharding)[split[0]] if split else None)
+        merged = tuple(math.prod(shape[d] for d in g) for g in self.groups)
+        if any(entries) and not isinstance(sharding, NamedSharding):
+            raise ValueError(f"{where} has a {type(sharding).__name__}, not a NamedSharding.")
+        if isinstance(sharding, NamedSharding):
+            from jax.sharding import PartitionSpec
+
+            merged_sharding: Any = NamedSharding(sharding.mesh, PartitionSpec(*entries))
+        else:
+            merged_sharding = sharding
+        self.view = jax.ShapeDtypeStruct(merged, leaf.dtype, sharding=merged_sharding)
+        self.local = local
+
+    def sides(self) -> tuple[str, str]:
+        """Each side's sizes (``8×16`` for merged dims) and, if split, its mesh axes."""
+        out = []
+        for group in self.groups:
+            size = "×".join(str(self.shape[d]) for d in group) or "1"
+            split = [d for d in group if self.local[d] < self.shape[d]]
+            axes = _dim_axes(self.sharding, split[0]) if split else ()
+            out.append(size + (" / " + " x ".join(f"'{a}'" for a in axes) if axes else ""))
+        return out[0], out[1]
+
+    def drawn_shape(self) -> str:
+        """``(64, 8×16)``: the matrix's sides, merged dimensions joined by ×."""
+        sides = ["×".join(str(self.shape[d]) for d in g) or "1" for g in self.groups]
+        return f"({sides[0]}, {sides[1]})"
+
+
+#: ``draw_param_layouts`` draws a matrix thinner than this ratio at this ratio (its column
+#: header says so): thick enough that a split along the short side shows its colours.
+_LAYOUT_RATIO = 3.0
+
+
+def _layout_extent(rows: int, cols: int) -> tuple[float, float, bool]:
+    """``(height, width, to scale)`` of a matrix as ``draw_param_layouts`` draws it."""
+    ratio = rows / cols if cols else 1.0
+    shown = float(np.clip(ratio, 1 / _LAYOUT_RATIO, _LAYOUT_RATIO))
+    height, width = (float(rows), rows / shown) if rows >= cols else (cols * shown, float(cols))
+    return height, width, math.isclose(shown, ratio)
+
+
+def _find_leaf(leaves: dict[str, Any], path: str, label: str) -> Any:
+    """The leaf at ``path``, or the one leaf whose path ends with ``/path``."""
+    if path in leaves:
+        return leaves[path]
+    found = [k for k in leaves if k.endswith("/" + path)]
+    if len(found) != 1:
+        raise ValueError(
+            f"draw_param_layouts: paths entry {path!r} matches {len(found)} arrays of "
+            f"{label!r}'s tree ({found[:3] or sorted(leaves)[:3]}...); give a longer path."
+        )
+    return leaves[found[0]]
+
+
+def _rows_for(path: str, matrix_rows: Mapping[str, int]) -> int | None:
+    hits = [n for key, n in matrix_rows.items() if path == key or path.endswith("/" + key)]
+    return hits[0] if hits else None
+
+
+def draw_param_layouts(
+    trees: Mapping[str, Any],
+    paths: Sequence[str],
+    *,
+    matrix_rows: Mapping[str, int] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """A few parameters under several layouts: one row per layout, one column per parameter.
+
+    Each parameter is drawn as the same matrix in every row, so that two layouts of one
+    array can be compared at a glance: an array of rank 3 or more as the 2-D matrix its
+    ``matrix_rows`` entry names (that many leading dimensions form the rows, the rest the
+    columns: a ``DenseGeneral`` kernel ``(embed, heads, kv)`` with 1 is the ``(embed,
+    heads×kv)`` matrix its matmul multiplies by), a vector as one row. Blocks are coloured
+    by the device that holds them (``device_color``), striped in the colours of every holder
+    when several hold one, and numbered where the number fits; a key under the rows names
+    the colours. Each cell's title is the parameter's own ``PartitionSpec``; its axis labels
+    give each side's sizes and the mesh axes that split it. Columns share one scale per
+    parameter; a matrix thinner than 3:1 is drawn at 3:1 (its header says "not to scale").
+
+    Args:
+      trees: a layout's name (``"fsdp on (8, 1)"``) -> a pytree of placed arrays or of
+        ``jax.ShapeDtypeStruct`` s with shardings, all with the parameters ``paths`` names.
+      paths: the parameters to draw, in order: a path (``"block_0/attn/query/kernel"``) or
+        its end, if only one array's path ends so (``"query/kernel"``).
+      matrix_rows: path (or path end) -> how many leading dimensions are the matrix's rows,
+        for every drawn array of rank 3 or more (lower ranks may have one too).
+      title: the figure's title.
+
+    Returns:
+      The Figure: its Axes are the cells, row by row (``gid="cell:<layout>:<path>"``), then
+      the key; the blocks carry ``draw_sharding``'s ``gid`` s in matrix coordinates.
+
+    Raises:
+      ValueError: no layouts or no paths; a path that names no array, or several; an array
+        of rank 3 or more without ``matrix_rows``; a layout that splits two dimensions that
+        one side of its matrix merges (no block would be contiguous); no sharding.
+    """
+    if not trees or not paths:
+        raise ValueError("draw_param_layouts: trees and paths must both be non-empty.")
+    rows_of = dict(matrix_rows or {})
+    grid: dict[str, list[_Matrix]] = {}
+    for label, tree in trees.items():
+        leaves = dict(leaves_with_paths(tree, "draw_param_layouts"))
+        grid[label] = [
+            _Matrix(_find_leaf(leaves, p, label), _rows_for(p, rows_of),
+                    f"draw_param_layouts: parameter {p!r} of {label!r}")
+            for p in paths
+        ]  # fmt: skip
+    col_w, label_w, room, cell_h = 1.7, 0.55, 1.05, 1.85
+    head = 0.2 + (0.3 if title else 0.0)
+    head_lines = max(  # a header's lines: its path (two if long), its shape, "not to scale"
+        (2 if len(p) * 6.0 > col_w * 72.0 - 8.0 else 1) + 1 + (not _layout_extent(*m.view.shape)[2])
+        for p, m in zip(paths, grid[next(iter(grid))], strict=True)
+    )
+    fig_w = label_w + len(paths) * col_w
+    holders = sorted(
+        {d.id for cells in grid.values() for m in cells for d in m.sharding.device_set}
+    )
+    per_row = max(1, int(fig_w - 0.2))  # the key: an inch a device
+    key_h = 0.3 * -(-len(holders) // per_row)
+    fig_h = head + 0.17 * head_lines + 0.1 + len(trees) * cell_h + key_h + 0.25
+    fig = _new_figure((fig_w, fig_h))
+
+    def rect(x: float, y_top: float, w: float, h: float) -> list[float]:
+        return [x / fig_w, 1 - (y_top + h) / fig_h, w / fig_w, h / fig_h]
+
+    if title:
+        fig.suptitle(title, fontsize=11, fontweight="bold", y=1 - 0.1 / fig_h, va="top")
+    first = grid[next(iter(grid))]
+    for c, (path, m) in enumerate(zip(paths, first, strict=True)):
+        scale = "" if _layout_extent(*m.view.shape)[2] else "\nnot to scale"
+        fig.text((label_w + (c + 0.5) * col_w) / fig_w, 1 - head / fig_h,
+                 f"{path}\n{m.drawn_shape()}{scale}", ha="center", va="top", fontsize=_MIN_PT,
+                 fontweight="bold", gid=f"column:{path}")  # fmt: skip
+    fits: list[tuple[Any, ...]] = []
+    for r, (label, cells) in enumerate(grid.items()):
+        y = head + 0.17 * head_lines + 0.1 + r * cell_h
+        fig.text(0.12 / fig_w, 1 - (y + 0.3 + room / 2) / fig_h, label, rotation=90, ha="left",
+                 va="center", fontsize=9.5, fontweight="bold", gid=f"row:{label}")  # fmt: skip
+        for c, (path, m) in enumerate(zip(paths, cells, strict=True)):
+            x = label_w + c * col_w
+            ax = fig.add_axes(rect(x + 0.38, y + 0.3, col_w - 0.5, room))
+            ax.set_gid(f"cell:{label}:{path}")
+            _layout_cell(ax, m, ((col_w - 0.5) * 72.0, room * 72.0),
+                         f"draw_param_layouts: parameter {path!r} of {label!r}")  # fmt: skip
+            fits.append((ax, col_w * 72.0 - 8.0, x, x + col_w))
+    _fit_labels(fig, fits)
+    _fit_column_headers(fig, col_w * 72.0 - 8.0)
+    _device_key(fig, sorted(holders), rect(0.1, fig_h - 0.1 - key_h, fig_w - 0.2, key_h), per_row)
+    return fig
+
+
+def _layout_cell(ax: Axes, m: _Matrix, room_pt: tuple[float, float], where: str) -> None:
+    """One cell of ``draw_param_layouts``: the matrix to its shared scale, titled with the
+    parameter's spec, each side labelled with its sizes and mesh axes (no ticks)."""
+    rows_u, cols_u, _ = _layout_extent(*m.view.shape)
+    size = min(room_pt[0] / cols_u, room_pt[1] / rows_u)
+    _draw_sharding(m.view, ax, None, compact=True, size_pt=(cols_u * size, rows_u * size),
+                   where=where)  # fmt: skip
+    ax.set_title(m.spec, fontsize=_MIN_PT, pad=4.0)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    row_side, col_side = m.sides()
+    ax.set_ylabel(row_side, fontsize=_MIN_PT)
+    ax.set_xlabel(col_side, fontsize=_MIN_PT, labelpad=2.0)
+
+
+def _fit_column_headers(fig: Figure, width_pt: float) -> None:
+    """Each column header at most ``width_pt`` wide: a long path first on two lines (broken
+    after its last ``/``), then ``_fit_width``."""
+    renderer = _renderer(fig)
+    for t in fig.texts:
+        if (t.get_gid() or "").startswith("column:"):
+            path, rest = t.get_text().split("\n", 1)
+            too_wide = t.get_window_extent(renderer).width > width_pt * renderer.points_to_pixels(
+                1.0
+            )
+            if too_wide and "/" in path:
+                head, tail = path.rsplit("/", 1)
+                t.set_text(f"{head}/\n{tail}\n{rest}")
+            _fit_width(t, width_pt, renderer)
+
+
+def _device_key(fig: Figure, ids: list[int], where: list[float], per_row: int) -> None:
+    """A key under the rows: each device's colour and id, ``per_row`` to a line (an inch each)."""
+    key = fig.add_axes(where)
+    key.set_axis_off()
+    key.set_gid("key")
+    for k, d in enumerate(ids):
+        x, y = k % per_row, k // per_row
+        key.add_patch(Rectangle((x, y + 0.2), 0.3, 0.6, facecolor=device_color(d), gid=f"key:{d}"))
+        key.text(x + 0.38, y + 0.5, f"device {d}", va="center", fontsize=_MIN_PT)
+    key.set_xlim(0, where[2] * fig.get_size_inches()[0])  # one unit an inch
+    key.set_ylim(max(1, -(-len(ids) // per_row)), 0)
 
 
 # ---------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def _plot_step_times(
 def _plot_step_memory(
     ax_m: Any, results: Sequence[StrategyResult], xs: np.ndarray, names: list[str]
 ) -> None:
-    """The memory panel: arguments and temporaries stacked, and the allocator's peak."""
+    """The memory panel: arguments and temporaries stacked, as XLA planned the step."""
     arg_b = np.array([r.step_memory["argument"] for r in results], dtype=float)
     tmp_b = np.array([r.step_memory["temp"] for r in results], dtype=float)
     unit, scale = ("GiB", 2**30) if max(arg_b + tmp_b) >= 2**31 else ("MiB", 2**20)
@@ -80,15 +80,10 @@ def _plot_step_memory(
             textcoords="offset points",
             ha="center",
         )
-    peaks = [r.device_peak_bytes for r in results]
-    if all(p is not None for p in peaks):
-        ax_m.scatter(
-            xs, np.array(peaks) / scale, marker="_", s=600, color="k", label="allocator peak"
-        )
     ax_m.set(xticks=xs, xticklabels=names, ylabel=f"{unit} per device")
-    ax_m.set_title("memory per device (compiled step): exact", fontsize=10)
+    ax_m.set_title("memory per device, as XLA planned the step", fontsize=10)
     ax_m.legend(fontsize=_FONT, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncols=2)
-    ax_m.set_ylim(0, max(max(arg + tmp), max((p or 0) / scale for p in peaks)) * 1.2)
+    ax_m.set_ylim(0, max(arg + tmp) * 1.2)
 
 
 def plot_results(results: Sequence[StrategyResult], axes: Any = None) -> Any:
@@ -147,8 +142,6 @@ CASES: tuple[ProjectionCase, ...] = (
 )
 #: HSDP as ZeRO-3 runs it inside each node (free, gather again), DP across nodes.
 HSDP_CASE = ProjectionCase("hsdp (frees)", "hsdp")
-#: A mark's label goes left of its line only past this fraction of the token axis (room).
-_LABEL_ROOM = 0.35
 
 
 def _as_case(case: Any) -> ProjectionCase:
@@ -184,30 +177,16 @@ def _distinct_curves(
     return curves
 
 
-def _annotate_marks(ax: Any, marks: list[tuple[float, str, str]], tokens: np.ndarray) -> None:
-    """A vertical line and a label per mark (a knee, or the scaling book's C/W), the labels
-    stacked in the headroom that ``plot_projection`` leaves above the curves."""
-    span = np.log(tokens.max() / tokens.min())
-    for n, (k, label, colour) in enumerate(marks):
+#: One marker per case, so that lines that coincide still show each of them.
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def _draw_marks(ax: Any, marks: list[tuple[float, str, str]]) -> None:
+    """A vertical line per mark (a knee, or the scaling book's C/W), named in the legend."""
+    for k, label, colour in marks:
         book = label == "scaling book C/W"
-        ax.axvline(k, color=colour, ls="-." if book else ":", lw=1)
-        # A label runs away from the nearest other mark, so that it never crosses that
-        # mark's line (the knee and C/W sit close together); to the left only where
-        # there is room for it.
-        others = [m[0] for j, m in enumerate(marks) if j != n]
-        nearest = min(others, key=lambda o: abs(np.log(o / k)), default=0.0)
-        left = nearest > k and np.log(k / tokens.min()) / span > _LABEL_ROOM
-        ax.annotate(
-            f"{label}: {k:,.0f} tokens",
-            (k, 0.955 - 0.075 * n),
-            xycoords=("data", "axes fraction"),
-            xytext=(-4 if left else 4, 0),
-            textcoords="offset points",
-            ha="right" if left else "left",
-            fontsize=_FONT,
-            color=colour,
-            bbox={"fc": "white", "ec": "none", "alpha": 0.9, "pad": 1},
-            va="top",
+        ax.axvline(
+            k, color=colour, ls="-." if book else ":", lw=1.2, label=f"{label}: {k:,.0f} tokens"
         )
 
 
@@ -256,12 +235,15 @@ def plot_projection(
     """Projected step time (``cost_model.step_cost``) against tokens per device. Returns the Axes.
 
     One line per ``ProjectionCase`` and interconnect: solid for the first link, dashed for
-    the next ones; cases whose lines coincide share one (``a = b``). A link is a bandwidth
-    (bytes/s one way, no latency) or a ``cost_model.Network``. The thick grey line is
-    compute alone (the thin dotted one, with remat's recompute). A dotted vertical line
-    marks each distinct knee on the first link, and ``scaling_book`` (tokens) draws the
-    scaling book's C/W. The curves leave out the optimizer step, which the title says;
-    the legend sits below the axes, the marks' labels in the headroom above the curves.
+    the next ones, one colour and one marker per case, the markers of different lines
+    never at the same point, so that lines that coincide over part of the range all stay
+    visible; cases whose lines coincide everywhere share one (``a = b``). A link is a
+    bandwidth (bytes/s one way, no latency) or a ``cost_model.Network``. The thick grey
+    line is compute alone (the thin dotted one, with remat's recompute). A dotted vertical
+    line marks each distinct knee on the first link, and ``scaling_book`` (tokens) draws
+    the scaling book's C/W, each named in the legend with its value. The curves leave out
+    the optimizer step, which the title says; the y-range is the curves' own; the legend
+    sits below the axes.
     """
     import matplotlib.pyplot as plt
 
@@ -271,34 +253,38 @@ def plot_projection(
     tokens = np.geomspace(128, 131072, 64) if tokens is None else np.asarray(tokens, dtype=float)
     compute = tokens * cm.flops_per_token(cfg).total / flops_per_s
     ax.plot(tokens, compute * 1e3, color="0.6", lw=4, alpha=0.6, label="compute alone")
-    top = float(compute.max())
+    drawn: list[np.ndarray] = [compute]
     if any(case.remat for case in cases):
         remat_compute = tokens * cm.flops_per_token(cfg, remat=True).total / flops_per_s
         ax.plot(
             tokens, remat_compute * 1e3, color="0.6", lw=1.5, ls=(0, (1, 2)),
             label="compute alone, remat (8/6)",
         )  # fmt: skip
+        drawn.append(remat_compute)
     colours = ["#4c72b0", "#dd8452", "#c44e52", "#8172b3", "#55a868"]
     marks: list[tuple[float, str, str]] = []
+    n_lines = len(cases) * len(bandwidths)
     for i, (bw_name, bw) in enumerate(bandwidths.items()):
         curves = _distinct_curves(cfg, cases, n_devices, flops_per_s, bw, bytes_per_param, tokens)
         for j, (labels, y, _) in enumerate(curves):
-            # each case a little thinner than the one before: where two lines meet (ZeRO-3
-            # and remat left of the knee), the later one runs inside the earlier one
+            # Where lines coincide (right of the knee every case runs along compute; left of
+            # it ZeRO-3 and remat meet), each still shows: its own marker, placed where no
+            # other line has one (markers every n_lines points, each line offset by one).
             ax.plot(
                 tokens, y * 1e3, "-" if i == 0 else "--", color=colours[j % len(colours)],
-                lw=max(3.2 - 0.7 * j, 1.0), label=f"{' = '.join(labels)}, {bw_name}",
+                lw=max(2.6 - 0.5 * j, 1.2), marker=_MARKERS[j % len(_MARKERS)], ms=6,
+                markevery=(j * len(bandwidths) + i, n_lines), mfc="white", mew=1.4,
+                label=f"{' = '.join(labels)}, {bw_name}",
             )  # fmt: skip
-            top = max(top, float(np.max(y)))
+            drawn.append(y)
         if i == 0:
             marks = _knee_marks(cfg, curves, n_devices, flops_per_s, bw, bytes_per_param, colours)
     if scaling_book is not None:
         marks.append((scaling_book, "scaling book C/W", "k"))
-    low = float(compute.min()) * 1e3 / 1.5
-    # headroom for the marks' labels: each takes about 7.5% of the axes' height
-    room = 1 / (1 - 0.075 * (len(marks) + 0.5))
-    ax.set_ylim(low, (top * 1e3 * 1.3) ** room / low ** (room - 1))
-    _annotate_marks(ax, marks, tokens)
+    _draw_marks(ax, marks)
+    # the y-range the curves take, and a little room: no empty band above or below them
+    low, high = min(float(y.min()) for y in drawn), max(float(y.max()) for y in drawn)
+    ax.set_ylim(low * 1e3 / 1.25, high * 1e3 * 1.25)
     latency = "NCCL's latency" if _has_latency(bandwidths) else "no latency"
     ax.set(
         xscale="log",
@@ -333,7 +319,8 @@ def plot_trace_timeline(
     among them, can pass for one), named where they are wide enough; a black strip under
     a row marks exposed communication (a collective with no compute beside it).
     ``traces`` maps a strategy to ``read_trace``'s spans; ``step`` is the traced step to
-    draw (default: the last). Each panel's title gives ``where`` (say ``"CPU
+    draw (default: the last). Every panel shares one time axis, as long as the longest
+    step, so that equal widths are equal times. Each panel's title gives ``where`` (say ``"CPU
     measurement"``) and the step's compute time per device; ``notes`` maps a strategy to a
     line added under its title (say what XLA counts, or the slowest op). Returns the
     Figure.
@@ -353,9 +340,12 @@ def plot_trace_timeline(
         )  # fmt: skip
         axes = axes[:, 0]
     fig = axes[0].figure
-    for ax, (name, spans) in zip(axes, traces.items(), strict=True):
-        last = max(s.step for s in spans) if step is None else step
-        mine = [s for s in spans if s.step == last]
+    drawn = {name: _step_spans(spans, step) for name, spans in traces.items()}
+    # one time axis for every panel, so that equal lengths are equal times
+    span_ms = (
+        max(max(s.end_us for s in m) - min(s.start_us for s in m) for m in drawn.values()) / 1e3
+    )
+    for ax, (name, mine) in zip(axes, drawn.items(), strict=True):
         t0 = min(s.start_us for s in mine)
         width = max(s.end_us for s in mine) - t0
         devices = sorted({s.device for s in mine})
@@ -375,8 +365,8 @@ def plot_trace_timeline(
         ax.set_yticks(range(len(devices)), [f"device {d}" for d in devices], fontsize=_FONT)
         ax.tick_params(axis="x", labelsize=_FONT)
         ax.set_ylim(len(devices) - 0.4, -0.6)
-        ax.set_xlim(0, width / 1e3 * 1.01)
-        ax.set_xlabel("ms since the step's first op", fontsize=_FONT)
+        ax.set_xlim(0, span_ms * 1.01)
+        ax.set_xlabel("ms since the step's first op (one scale for every panel)", fontsize=_FONT)
         which = "last traced step" if step is None else f"traced step {step}"
         note = (notes or {}).get(name, "")
         ax.set_title(_timeline_title(name, which, mine, where, note), fontsize=10)
@@ -387,6 +377,17 @@ def plot_trace_timeline(
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=_FONT)
     return fig
+
+
+def _step_spans(spans: Sequence[Span], step: int | None) -> list[Span]:
+    """The spans of traced step ``step`` (default: the last one)."""
+    last = max(s.step for s in spans) if step is None else step
+    mine = [s for s in spans if s.step == last]
+    if not mine:
+        raise ValueError(
+            f"plot_trace_timeline: step={step!r} is not a traced step of every strategy."
+        )
+    return mine
 
 
 def _timeline_title(name: str, which: str, spans: Sequence[Span], where: str, note: str) -> str:

@@ -9,7 +9,9 @@ of notebook 08 (``model="transformer"``). It measures, per strategy:
 * step time over the timed steps after warm-up (median, min, max), each step ended with
   ``jax.block_until_ready`` and nothing else synchronising with the host in the loop;
 * throughput (tokens per second of the median step);
-* per-device bytes from ``step_memory`` and, on a GPU, the allocator's peak;
+* per-device bytes from ``step_memory`` and, on a GPU or TPU, the allocator's peak
+  (``device_peak_bytes``, kept in the JSON; the table leaves it out, since nothing there
+  says how it relates to XLA's planned bytes);
 * the compiled step's collectives (``collective_stats``);
 * FLOPs per step from the model's formula and from XLA's ``cost_analysis()``;
 * MFU: formula FLOPs / (median step time x devices x the device's dense bf16 peak). The
@@ -684,11 +686,6 @@ def _table_rows(results: Sequence[StrategyResult]) -> list[tuple[str, ...]]:
     def opt(value: Any, fmt: Callable[[Any], str]) -> str:
         return "-" if value is None else fmt(value)
 
-    def peak_text(r: StrategyResult) -> str:
-        if r.device_peak_bytes is None:
-            return "n/a"
-        return ("" if r.device_peak_raised else "<= ") + format_bytes(r.device_peak_bytes)
-
     return [
         ("", *(r.strategy for r in results)),
         row("compile time", lambda r: _fmt_time(r.compile_s)),
@@ -703,7 +700,6 @@ def _table_rows(results: Sequence[StrategyResult]) -> list[tuple[str, ...]]:
         row("  arguments", lambda r: format_bytes(r.step_memory["argument"])),
         row("  temporaries", lambda r: format_bytes(r.step_memory["temp"])),
         row("params + Adam / device", lambda r: opt(r.state_bytes_per_device, format_bytes)),
-        row("allocator peak / device", peak_text),
         row(
             "collectives",
             lambda r: (
@@ -741,11 +737,6 @@ def _table_notes(results: Sequence[StrategyResult]) -> list[str]:
             f"{mfu_note(r0.model)}; peak {r0.peak_name} = {r0.peak_flops_per_device / 1e12:.0f} TFLOP/s."
         )
     lines.append(f"FLOPs / device: {XLA_FLOPS_NOTE}.")
-    if r0.device_peak_bytes is not None:
-        lines.append(
-            "allocator peak: high-water mark since the process started; '<=' marks a strategy "
-            "that did not raise it."
-        )
     if r0.compiler_options:
         flags = ", ".join(f"{k}={str(v).lower()}" for k, v in r0.compiler_options.items())
         lines.append(

@@ -209,11 +209,13 @@ def _trimmed(line: str) -> str:
     return line[:300]
 
 
-def format_programs(programs: dict[str, Any]) -> str:
+def format_programs(programs: dict[str, Any], memory: bool = True) -> str:
     """Compiled steps side by side (name -> compiled step, or its ``program_summary``, as a
     recording holds it): per collective kind, ops in the
-    forward and backward pass, element types and full size; then async collectives and
-    the memory XLA planned per device."""
+    forward and backward pass, element types and full size; then async collectives and,
+    unless ``memory=False``, the memory XLA planned per device (its arguments and
+    temporaries: figures a table about collectives can leave out where it does not
+    explain them)."""
     from helpers.measuring.measure import format_bytes
 
     sums = {name: c if isinstance(c, dict) else program_summary(c) for name, c in programs.items()}
@@ -228,7 +230,7 @@ def format_programs(programs: dict[str, Any]) -> str:
                          f"{'/'.join(row['dtypes'])} {format_bytes(row['bytes'])}")  # fmt: skip
         rows.append((kind, cells))
     rows.append(("async collectives", [str(s["async"]) for s in sums.values()]))
-    for key, label in (("argument", "arguments"), ("temp", "temporaries")):
+    for key, label in (("argument", "arguments"), ("temp", "temporaries")) if memory else ():
         rows.append((label, [format_bytes(s["memory"][key]) for s in sums.values()]))
     width = 2 + max(len(c) for c in [*sums, *(c for _, cells in rows for c in cells)])
     lines = [f"{'per device':<18}" + "".join(f"{n:>{width}}" for n in sums)]
