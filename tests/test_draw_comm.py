@@ -14,7 +14,12 @@ from matplotlib import colors as mcolors
 from test_props_draw_overlap import overlapping_labels
 
 from helpers import device_color
-from helpers.drawing.draw_comm import draw_collective, draw_pipeline_schedule, draw_ring_rounds
+from helpers.drawing.draw_comm import (
+    MAX_FIGURE_WIDTH,
+    draw_collective,
+    draw_pipeline_schedule,
+    draw_ring_rounds,
+)
 from helpers.parallelism.collectives import (
     Block,
     expected_blocks,
@@ -124,11 +129,18 @@ def test_pipeline_tables_share_a_scale_and_print_no_text_under_9pt():
     with pytest.raises(ValueError, match="span"):
         draw_pipeline_schedule(split, ax=axes[0], span=zb.ticks)
     plt.close(fig)
-    # 46 ticks on 15 inches: every cell's number at 9 pt or more
+    # 46 ticks in a notebook column (9 inches): every cell's number at 9 pt or more, the
+    # chunk's letter under it; the same at a width where one line fits keeps one line
     ax = draw_pipeline_schedule(interleaved_table(8, 8, 2))
+    assert ax.figure.get_size_inches()[0] <= MAX_FIGURE_WIDTH
     assert ax.texts and all(t.get_fontsize() >= 9 for t in ax.texts)
+    assert all(t.get_text().count("\n") == 1 for t in ax.texts)
     assert "where it fits" not in ax.get_title()
     plt.close(ax.figure)
+    fig, ax = plt.subplots(figsize=(16, 5))
+    draw_pipeline_schedule(interleaved_table(8, 8, 2), ax=ax)
+    assert ax.texts and all("\n" not in t.get_text() for t in ax.texts)
+    plt.close(fig)
     # too narrow for 9 pt: the numbers are left out, and the title says so
     fig, ax = plt.subplots(figsize=(4, 3))
     draw_pipeline_schedule(interleaved_table(8, 8, 2), ax=ax)
@@ -145,6 +157,18 @@ def test_in_flight_draws_one_strip_per_device_and_says_when_it_was_recorded():
     assert len(fig.axes) == 8  # 4 devices x 2 schedules
     lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.lines}
     assert lines["in_flight:1F1B:device=3"].get_ydata().max() == 1  # the last stage holds one
+    # each strip on its own scale: the last stage's 0..1 fills its strip as GPipe's 0..8 does
+    tops = {ln.get_gid(): ln.axes.get_ylim()[1] for ln in lines.values()}
+    assert tops["in_flight:1F1B:device=3"] == pytest.approx(1.15)
+    assert tops["in_flight:GPipe:device=3"] == pytest.approx(8 * 1.15)
+    ticks = {
+        ln.get_gid(): [t.get_text() for t in ln.axes.get_yticklabels()] for ln in lines.values()
+    }
+    assert (
+        ticks["in_flight:1F1B:device=3"] == ["0", "1"]
+        and ticks["in_flight:GPipe:device=0"][-1] == "8"
+    )
+    assert fig.get_size_inches()[0] <= MAX_FIGURE_WIDTH
     assert "recorded" in fig._suptitle.get_text()
     assert all(t.get_fontsize() >= 9 for ax in fig.axes for t in ax.texts)
     plt.close(fig)
@@ -188,6 +212,7 @@ def test_ring_rounds_print_no_text_over_text_and_nothing_outside_the_figure(n):
     title = f"ring all-gather on {n} devices: in each round every device passes on the block it last received"
     fig = draw_ring_rounds(ring_all_gather_rounds(n), title=title)
     assert overlapping_labels(fig) == []
+    assert fig.get_size_inches()[0] <= MAX_FIGURE_WIDTH  # shown at its own size in a column
     renderer = fig.canvas.get_renderer()
     frame = fig.bbox
     texts = [fig._suptitle] + [t for ax in fig.axes for t in (ax.title, *ax.texts) if t.get_text()]

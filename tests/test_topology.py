@@ -82,6 +82,28 @@ def test_format_programs_leaves_the_memory_rows_out_when_asked():
     assert without.splitlines()[:4] == with_memory.splitlines()[:4]  # the collectives stay
 
 
+def test_program_summary_shows_one_readable_hlo_line_per_collective_and_says_what_other_is():
+    """The line notebook 07 prints for each collective: the op, its types and its devices,
+    without layouts or metadata; and the table's legend says that "elsewhere" also holds
+    ops whose metadata names no pass (jax 0.12.1's FSDP all-gathers name a parameter)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = make_mesh((8,), ("data",))
+    x = jax.device_put(jnp.ones((16, 4)), NamedSharding(mesh, P("data")))
+    gather = jax.shard_map(
+        lambda b: jax.lax.all_gather(b, "data", tiled=True), mesh=mesh, in_specs=P("data"),
+        out_specs=P("data"),
+    )  # fmt: skip
+    compiled = jax.jit(gather).lower(x).compile()
+    line = program_summary(compiled)["hlo"]["all-gather"]
+    assert "f32[16,4] all-gather(" in line and "dimensions={0}" in line
+    assert "metadata" not in line and "{1,0}" not in line and "channel_id" not in line
+    assert "names no pass" in format_programs({"cpu": compiled})
+
+
 @needs_libtpu
 def test_a_program_too_big_for_the_chip_is_refused_with_what_it_needed():
     import jax

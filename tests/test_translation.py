@@ -85,6 +85,26 @@ def _parses(source: str) -> bool:
     return True
 
 
+@pytest.mark.parametrize("doc", NOTEBOOKS, ids=lambda d: Path(d.english).stem)
+def test_no_fenced_diagram_stays_english(doc):
+    """A fenced block in markdown is copied into the Chinese edition as it is, but for its
+    comments (a shell block's ``# ...``): a fence with no language, a text diagram, would stay
+    English there (02's section 1 did). Draw such a figure as a table or as prose instead."""
+    nb = nbformat.read(ROOT / doc.english, as_version=4)
+    bare = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        opening = True
+        for line in cell.source.split("\n"):
+            fence = re.match(r"\s*(```|~~~)(.*)$", line)
+            if fence:
+                if opening and not fence.group(2).strip():
+                    bare.append(f"cell {i}")
+                opening = not opening
+    assert not bare, f"fenced blocks without a language (copied untranslated): {bare}"
+
+
 def test_blocks_and_comments_round_trip():
     """Splitting and joining gives back the English exactly, so nothing is lost in between."""
     for doc in NOTEBOOKS:

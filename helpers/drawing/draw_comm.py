@@ -54,6 +54,10 @@ __all__ = ["draw_collective", "draw_in_flight", "draw_pipeline_schedule", "draw_
 
 Layout = Mapping[int, Sequence[Block]]
 
+#: The widest figure these functions make, in inches: a notebook's column shows a figure this
+#: wide at its own size (100 dpi), so text drawn at 9 pt reads as 9 pt.
+MAX_FIGURE_WIDTH = 9.0
+
 
 def _check_layout(layout: Any, name: str) -> dict[int, tuple[Block, ...]]:
     if not isinstance(layout, Mapping) or not layout:
@@ -159,16 +163,28 @@ def draw_collective(
     return fig
 
 
+#: The device names' column in ``draw_ring_rounds``' first panel of a row, and the gap
+#: before a later panel, in blocks.
+_RING_LABEL_CELLS, _RING_GAP_CELLS = 1.6, 0.45
+
+
 def _ring_panel(
-    ax: Axes, held: dict[int, tuple[Block, ...]], new: dict[int, set[int]], k: int, n: int
+    ax: Axes,
+    held: dict[int, tuple[Block, ...]],
+    new: dict[int, set[int]],
+    k: int,
+    n: int,
+    labels: bool,
 ) -> None:
-    """One round of ``draw_ring_rounds``: a row per device, a column per source device."""
-    ax.set_xlim(-1.6, n)
+    """One round of ``draw_ring_rounds``: a row per device, a column per source device; the
+    devices' names only where ``labels`` (the first panel of a row of panels)."""
+    ax.set_xlim(-_RING_LABEL_CELLS if labels else -_RING_GAP_CELLS, n)
     ax.set_ylim(n, -0.05)
     ax.set_aspect("equal")
     ax.set_axis_off()
     for d in range(n):
-        ax.text(-0.15, d + 0.5, f"dev {d}", ha="right", va="center", fontsize=9)
+        if labels:
+            ax.text(-0.15, d + 0.5, f"dev {d}", ha="right", va="center", fontsize=9)
         sources = {b.sources[0] for b in held[d]}
         for s in range(n):
             gid = f"ring:round={k}:device={d}:source={s}:new={int(s in new[d])}"
@@ -200,7 +216,9 @@ def draw_ring_rounds(
         returns them (entry 0 before the first round); every layout holds one-source
         blocks of chunk 0 only.
       title: the figure's title.
-      ncols: panels per row of the figure.
+      ncols: the most panels in a row of the figure; fewer where more would make the
+        figure wider than ``MAX_FIGURE_WIDTH`` (only the first panel of a row names the
+        devices).
 
     Returns:
       The Figure. Each square is a ``Rectangle`` with a ``gid`` (see the module doc).
@@ -221,11 +239,15 @@ def draw_ring_rounds(
             )
     if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
         raise ValueError(f"draw_ring_rounds: ncols={ncols!r} must be a positive whole number.")
-    cols = min(ncols, len(layouts))
+    cell = 0.25  # inches per block: its label, 9 pt, fits it
+    first_w = max((n + _RING_LABEL_CELLS + 0.1) * cell, 1.3)  # the panel with the devices' names
+    other_w = max((n + _RING_GAP_CELLS) * cell, 1.0)
+    fit = 1 + int((MAX_FIGURE_WIDTH - 0.2 - first_w) // other_w)  # panels a row holds
+    cols = max(1, min(ncols, len(layouts), fit))
     rows = -(-len(layouts) // cols)
-    cell = 0.3  # inches per block: its label is 9 pt
-    panel_w, panel_h, head = max((n + 1.7) * cell, 1.7), n * cell + 0.05, 0.32
-    fw = cols * panel_w + 0.2
+    panel_h, head = n * cell + 0.05, 0.32
+    widths = [first_w] + [other_w] * (cols - 1)
+    fw = sum(widths) + 0.2
     lines = textwrap.wrap(title, width=max(20, int(fw * 11))) if title else []
     top = 0.12 + 0.22 * len(lines)
     fig = _new_figure((fw, top + rows * (panel_h + head) + 0.1))
@@ -234,13 +256,14 @@ def draw_ring_rounds(
     for i in range(rows * cols):
         r, c = divmod(i, cols)
         y0 = fh - top - (r + 1) * (panel_h + head) + 0.05
-        axes.append(fig.add_axes((((c * panel_w) + 0.1) / fw, y0 / fh, panel_w / fw, panel_h / fh)))
+        x0 = 0.1 + sum(widths[:c])
+        axes.append(fig.add_axes((x0 / fw, y0 / fh, widths[c] / fw, panel_h / fh)))
     for k, lay in enumerate(layouts):
         prev = layouts[k - 1] if k else {d: () for d in range(n)}
         new = {
             d: {b.sources[0] for b in lay[d]} - {b.sources[0] for b in prev[d]} for d in range(n)
         }
-        _ring_panel(axes[k], lay, new if k else {d: set() for d in range(n)}, k, n)
+        _ring_panel(axes[k], lay, new if k else {d: set() for d in range(n)}, k, n, k % cols == 0)
         label = "before" if k == 0 else f"after round {k}"
         axes[k].set_title(label, fontsize=10)
     for ax in axes[len(layouts) :]:
@@ -279,7 +302,9 @@ def draw_pipeline_schedule(
         schedule's own length).
 
     For a ``PipelineSchedule`` or a ``Timeline``, the numbers in the cells are at least 9 pt;
-    where a cell is too narrow for its number, the number is left out and the title says so.
+    a new figure is at most ``MAX_FIGURE_WIDTH`` wide. Where a cell is too narrow for its
+    label, a chunk's letter goes under the number, and where even that does not fit the
+    label is left out and the title says so.
     """
     if isinstance(schedule, (PipelineSchedule, Timeline)):
         return _draw_table(schedule, title=title, stage_devices=stage_devices, ax=ax, span=span)
@@ -296,7 +321,8 @@ def draw_pipeline_schedule(
             f"draw_pipeline_schedule: stage_devices has {len(devs)} entries for {stages} stages."
         )
     if ax is None:
-        ax = _new_figure((min(15.0, 1.8 + 0.36 * ticks), 1.2 + 0.42 * stages)).add_subplot()
+        width = min(MAX_FIGURE_WIDTH, 1.8 + 0.36 * ticks)
+        ax = _new_figure((width, 1.2 + 0.42 * stages)).add_subplot()
     ax.set_xlim(0, ticks)
     ax.set_ylim(stages, 0)
     w_pt, h_pt = _axes_size_pt(ax)
@@ -353,6 +379,28 @@ def _cell_label_size(label: str, w_pt: float, h_pt: float) -> float | None:
     return size if size >= _MIN_PT else None
 
 
+def _table_axes(S: int, T: int) -> Axes:
+    """A new figure's Axes for a table of ``S`` devices and ``T`` ticks: at least 8.5 inches
+    wide (the title's key is that long), at most ``MAX_FIGURE_WIDTH``."""
+    width = min(MAX_FIGURE_WIDTH, max(8.5, 1.8 + 0.3 * T))
+    fig = _new_figure((width, 1.5 + 0.42 * S))
+    fig.subplots_adjust(left=0.6 / width, right=1 - 0.1 / width)  # room for "dev 7" only
+    return fig.add_subplot()
+
+
+def _table_label(m: int, chunk: int | None, w_pt: float, h_pt: float) -> tuple[str, float | None]:
+    """A table cell's label (micro-batch ``m``, then the chunk's letter, if any) and its font
+    size: on one line if it fits, else the letter under the number; size None if neither fits."""
+    if chunk is None:
+        return str(m), _cell_label_size(str(m), w_pt, h_pt)
+    letter = _CHUNK_LETTERS[chunk % 26]
+    for label in (f"{m}{letter}", f"{m}\n{letter}"):
+        size = _cell_label_size(label, w_pt, h_pt)
+        if size is not None:
+            return label, size
+    return label, None
+
+
 def _table_title(s: PipelineSchedule, tl: Timeline | None, dropped: bool) -> str:
     S = s.n_stages
     if tl is None:
@@ -406,8 +454,7 @@ def _draw_table(
                          f"schedule's length, {length:g}.")  # fmt: skip
     span = length if span is None else float(span)
     devs = _devices_for(S, stage_devices, "draw_pipeline_schedule")
-    if ax is None:  # at least 8.5 inches: the title's key is that long
-        ax = _new_figure((max(8.5, min(15.0, 1.8 + 0.3 * T)), 1.5 + 0.42 * S)).add_subplot()
+    ax = ax if ax is not None else _table_axes(S, T)
     ax.set_xlim(0, span)
     ax.set_ylim(S, 0)
     w_pt, h_pt = _axes_size_pt(ax)
@@ -429,8 +476,8 @@ def _draw_table(
                 continue
             x0, w = (float(tl.start[d, t]), float(tl.length[d, t])) if tl is not None else (t, 1.0)
             ink, box = _draw_cell(ax, x0, w, d, ph, face, gid)
-            label = f"{m}{_CHUNK_LETTERS[c % 26]}" if s.n_chunks > 1 else str(m)
-            size = _cell_label_size(label, 0.88 * w * unit_pt, 0.8 * row_pt)
+            label, size = _table_label(m, c if s.n_chunks > 1 else None, 0.88 * w * unit_pt,
+                                       0.8 * row_pt)  # fmt: skip
             if size is None:
                 dropped = True
                 continue
@@ -466,7 +513,9 @@ def draw_in_flight(
     axes: Any = None,
 ) -> Figure:
     """How many micro-batches' activations each device holds after each tick: one column per
-    schedule, one strip per device in its colour (so no device's line hides another's).
+    schedule, one strip per device in its colour (so no device's line hides another's). Each
+    strip has its own scale, from 0 to its peak (the upper number on its axis), so that a
+    device holding one micro-batch shows its shape as clearly as one holding sixteen.
 
     Args:
       schedules: the schedules to compare (``helpers.parallelism.schedules``), side by side;
@@ -485,15 +534,14 @@ def draw_in_flight(
     counts = _in_flight_counts(schedules, recorded)
     devs = _devices_for(S, stage_devices, "draw_in_flight")
     if axes is None:
-        fig = _new_figure((min(15.0, 1.4 + 3.8 * len(schedules)), 1.3 + 0.5 * S))
-        grid = fig.subplots(S, len(schedules), sharex="col", sharey=True, squeeze=False)
+        fig = _new_figure((min(MAX_FIGURE_WIDTH, 1.4 + 3.8 * len(schedules)), 1.3 + 0.5 * S))
+        grid = fig.subplots(S, len(schedules), sharex="col", squeeze=False)
     else:
         grid = np.asarray(axes, dtype=object)
         if grid.shape != (S, len(schedules)):
             raise ValueError(f"draw_in_flight: axes must be a ({S}, {len(schedules)}) grid of "
                              f"Axes (devices x schedules); got shape {grid.shape}.")  # fmt: skip
         fig = grid[0, 0].figure
-    top = max(1, max(int(c.max()) for c in counts))
     for j, (s, c) in enumerate(zip(schedules, counts, strict=True)):
         x = np.arange(1, c.shape[1] + 1)
         for d in range(S):
@@ -501,8 +549,7 @@ def draw_in_flight(
             ax.fill_between(x, c[d], step="post", color=color, alpha=0.25, linewidth=0)
             ax.step(x, c[d], where="post", color=color, linewidth=1.4,
                     gid=f"in_flight:{s.name}:device={d}")  # fmt: skip
-            ax.text(0.99, 0.9, f"peak {int(c[d].max())}", transform=ax.transAxes, ha="right",
-                    va="top", fontsize=_MIN_PT)  # fmt: skip
+            top = max(1, int(c[d].max()))  # each strip on its own scale, 0 to its peak
             ax.set_ylim(0, top * 1.15)
             ax.set_yticks([0, top])
             ax.tick_params(labelsize=_MIN_PT, length=2)
@@ -514,7 +561,8 @@ def draw_in_flight(
         grid[-1, j].set_xlabel("tick", fontsize=_MIN_PT)
         grid[-1, j].xaxis.set_major_locator(MaxNLocator(integer=True))
     source = "as the run's devices recorded them" if recorded is not None else "from the table"
-    fig.suptitle(f"Micro-batches whose activations each device holds after each tick, {source}",
+    fig.suptitle(f"Micro-batches whose activations each device holds after each tick, {source}"
+                 "\n(each strip on its own scale: from 0 to its peak, the number on its axis)",
                  fontsize=10.5)  # fmt: skip
     fig.tight_layout()
     return fig

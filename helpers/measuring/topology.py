@@ -159,7 +159,13 @@ def program_summary(compiled: Any) -> dict[str, Any]:
     the JAX operation each came from: ``transpose(...)`` is the backward pass), ``arrays``,
     the element ``dtypes`` it moves and the full size in ``bytes``; ``async``: collectives
     issued as an async ``-start``/``-done`` pair, or started inside a fused computation
-    that runs beside them (XLA:TPU's ``AsyncCollectiveStart``); ``memory``: ``step_memory``.
+    that runs beside them (XLA:TPU's ``AsyncCollectiveStart``); ``memory``: ``step_memory``;
+    ``hlo``: per kind, its first line in the program, for reading (no memory layouts,
+    metadata, backend configuration or channel ids; cut at 300 characters).
+
+    An op's phase comes from its ``op_name`` metadata; an op whose metadata names neither
+    ``jvp(...)`` nor ``transpose(...)`` (jax 0.12.1's all-gathers of an FSDP step name the
+    parameter they gather) counts as ``other``.
     """
     from helpers.measuring.measure import _phase, collective_ops, step_memory
 
@@ -236,7 +242,8 @@ def format_programs(programs: dict[str, Any], memory: bool = True) -> str:
     lines = [f"{'per device':<18}" + "".join(f"{n:>{width}}" for n in sums)]
     lines += [f"{label:<18}" + "".join(f"{c:>{width}}" for c in cells) for label, cells in rows]
     lines.append("collectives: ops in the forward + backward pass + elsewhere (the optimizer, "
-                 "the loss), the element type moved, the full (gathered or reduced) size")  # fmt: skip
+                 "the loss, or an op whose metadata names no pass), the element type moved, "
+                 "the full (gathered or reduced) size")  # fmt: skip
     return "\n".join(lines)
 
 
