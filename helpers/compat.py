@@ -30,7 +30,7 @@ from jax.sharding import AxisType, Mesh
 # then fail on that pair of versions, for a lookup inside flax. So `flax.nnx` is imported
 # here once, with exactly those two warnings silenced, before any notebook imports it
 # (the setup cell imports helpers first); later imports find it already loaded. With the
-# other version pairs the series tests (jax 0.10.2 / flax 0.12.8, jax 0.12.0.1 / flax
+# other version pairs the series tests (jax 0.10.2 / flax 0.12.8, jax 0.12.1 / flax
 # 0.12.12), the import warns about nothing and the filter changes nothing.
 with warnings.catch_warnings():
     warnings.filterwarnings(
@@ -226,7 +226,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 # The jaxlib versions whose XLA:CPU schedule notebooks 03, 04 and 08 describe: there, a layer
 # under ``nn.remat`` in an unrolled step gathers its weights twice and keeps the first copy
-# (the backward gathers run early). jaxlib 0.12.0.1's scheduler frees it (seen in the version
+# (the backward gathers run early). newer jaxlibs' schedulers free it (0.12.0.1 and 0.12.1 in the version
 # matrix); the notebooks assert the old behaviour only where this returns True.
 REMAT_KEEPS_GATHERS_JAXLIB = ("0.8.0", "0.11.0")
 
