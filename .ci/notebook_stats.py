@@ -78,14 +78,15 @@ READING_START, READING_END = "<!-- reading-times:start -->", "<!-- reading-times
 BUILDS_ON = {
     "01": [], "02": ["01"], "03": ["02"], "03b": ["03"], "04": ["03"], "05": ["02", "03"],
     "06": ["03"], "07": ["02", "03"], "08": ["03"], "09": ["02", "03"], "10": ["07"],
-    "11": ["04", "07", "08"], "12": ["03", "07", "08"], "13": ["03", "04", "08"],
+    "11": ["04", "07", "08"], "12": ["03", "07", "08"], "13a": ["03", "07", "08"],
+    "13b": ["04", "08", "13a"],
 }  # fmt: skip
 # Paths through the series by goal: (goal, notebook numbers in reading order).
 PATHS = [
     ("The chapter itself (its sections 3.1 to 3.3)", ["01", "02", "03", "03b"]),
     ("Training one model on many GPUs", ["01", "02", "03", "04", "08", "06"]),
     ("Many hosts", ["02", "03", "05", "06"]),
-    ("A real model's plan", ["03", "03b", "04", "08", "13"]),
+    ("A real model's plan", ["03", "03b", "04", "08", "13a", "13b"]),
 ]
 _ROW = re.compile(
     r"^\| (\w+) \| \[[^\]]*\]\(notebooks/([^)]+\.ipynb)\) \| [^|]* \| (\d+) min \| (\d+) min \|$"

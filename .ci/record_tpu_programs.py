@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: LLaMA-3-8B's shapes under ZeRO-3, one 2,048-token sequence per chip, for notebook 13.
+#: LLaMA-3-8B's shapes under ZeRO-3, one 2,048-token sequence per chip, for notebook 13a.
 LLAMA_SLICES = ("v5e:2x4", "v5p:2x2x2", "v5p:4x4x4", "v5p:4x8x8")
 
 
@@ -51,7 +51,7 @@ def llama_config(chips: int) -> Any:
 
 def llama_entry(topology: str) -> dict[str, Any]:
     """Memory per chip of one ZeRO-3 step of LLaMA-3-8B's shapes (f32 Adam, no remat, no
-    flash attention, as notebook 13 compiles it on CPU), or what the compiler said it
+    flash attention, as notebook 13a compiles it on CPU), or what the compiler said it
     needed when it refused the program."""
     import optax
 

@@ -33,7 +33,7 @@ root_doc = "index"
 nb_execution_mode = "off"
 nb_output_stderr = "show"
 nb_merge_streams = True
-# Notebook 13's calculator is an ipywidgets widget. A static page has no kernel to drive it,
+# Notebook 13b's calculator is an ipywidgets widget. A static page has no kernel to drive it,
 # and nbclient keeps no widget state, so the page shows the widget's text form (the plan's
 # table) instead, and loads no widget JavaScript from a CDN (the site works offline).
 nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]

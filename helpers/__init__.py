@@ -11,7 +11,7 @@ subpackage each (its ``__init__.py`` says what is in it):
   the profile that compares strategies;
 - ``drawing``: every figure;
 - ``cluster``: past one machine: multi-process jobs, their launcher, checkpoints;
-- ``planning``: the planner of notebook 13.
+- ``planning``: the planner of notebooks 13a and 13b.
 
 ``compat.py`` is the one place for differences between jax/flax versions, ``lesson.py`` the
 exercise checks and deliberate errors, ``cli.py`` what every command line shares. ``profile.py``,

@@ -846,7 +846,7 @@ def _unrun(cell: nbformat.NotebookNode) -> bool:
 
 
 def test_jupyterlab_calculator_redraws_when_a_control_moves(tmp_path):
-    """Notebook 13's calculator in JupyterLab: choosing another tensor-parallel degree
+    """Notebook 13b's calculator in JupyterLab: choosing another tensor-parallel degree
     redraws the memory figure and rewrites the step-time line."""
     clone = _learner_clone(tmp_path)
     nb = nbformat.v4.new_notebook()
