@@ -1,4 +1,4 @@
-"""Planning a real model before renting the GPUs (notebook 13).
+"""Planning a real model before renting the GPUs (notebooks 13a and 13b).
 
 ``models`` (the shapes of every ``config.json`` family), ``hardware`` (the accelerators and
 their networks), ``activations`` (Korthikanti et al.'s count), ``layout`` (degrees, settings,

@@ -1,4 +1,4 @@
-"""The planner as a picture and as an interactive calculator (notebook 13).
+"""The planner as a picture and as an interactive calculator (notebook 13b).
 
 ``draw_plans`` draws the bytes per device of one or more plans as stacked bars against
 the accelerator's HBM, each with a thin line for the margin that "fits" keeps room for.

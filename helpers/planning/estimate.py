@@ -119,8 +119,9 @@ from helpers.planning.models import ModelSpec
 #: The margin a class of plans falls back on where ``helpers.planning.margins`` has no
 #: measured peak for its ZeRO stage and recompute schedule, and none for its runtime at all:
 #: the top of XLA:CPU's temporaries over the planner's gradients + activations in notebook
-#: 13's compiles of the series' Transformer under DP and ZeRO-1 (1.22 to 1.51 at 8 CPU
-#: devices), rounded to 1.5. ``margins.margin_for`` says which margin a plan got and why.
+#: 13a's compiles of the series' Transformer under DP and ZeRO-1 (1.22 to 1.51 at 8 CPU
+#: devices before the planner counted the loss at its backward; 1.17 to 1.31 since),
+#: rounded to 1.5. ``margins.margin_for`` says which margin a plan got and why.
 ACTIVATION_MARGIN = 1.5
 
 #: What can overlap on each axis, as the step time assumes (see the module docstring).

@@ -150,7 +150,7 @@ def margin_for(hardware: Hardware, zero: int, remat: str) -> Margin:
 
 def margin_table() -> list[dict[str, Any]]:
     """One row per class with measured points and per outcome-only point: what the CLI's
-    ``--margins`` and notebook 13 print."""
+    ``--margins`` prints (notebook 13a prints the same classes)."""
     rows = []
     for (runtime, zero, remat), points in sorted(memory_calibration().items()):
         m = margin_for(HARDWARE["tpu-v5p" if runtime == "tpu" else "h100"], zero, remat)

@@ -19,7 +19,7 @@ Two kinds of witness:
   could place on ``h100``. The GPU's capacity does not enter the ratio.
 - **TPU** (``runtime="tpu"``): what the TPU compiler (libtpu) laid out for one ZeRO-3 step of
   the series' Transformer at LLaMA-3-8B's shapes (``helpers/measuring/tpu_programs.json``,
-  recorded by ``.ci/record_tpu_programs.py``; notebook 13 prints them): ``memory_analysis()``'s
+  recorded by ``.ci/record_tpu_programs.py``; notebook 13a prints them): ``memory_analysis()``'s
   arguments plus temporaries per chip, compiled for 8, 64 and 256 TPU v5p chips.
 
 The torchtitan runs' settings, read at 9dec370 (``train_configs/llama3_8b.toml``,

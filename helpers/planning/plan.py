@@ -8,7 +8,7 @@ stated margin, the bytes and seconds each axis sends and how much of them waits,
 cross nodes, a step time, an **optimistic** MFU (every assumption at its best; not an upper
 bound, ``helpers.planning.estimate`` says why) and an **expected** MFU with its error. It is
 arithmetic on the standard library alone (no jax, no numpy): ``python -m helpers.plan``
-runs in a bare Python; notebook 13 checks it against what XLA compiles.
+runs in a bare Python; notebook 13a checks it against what XLA compiles.
 
 Where each number comes from (each module's docstring has the details and sources):
 
