@@ -138,7 +138,8 @@ def format_search(result: SearchResult, seconds: float | None = None) -> str:
         + (
             f"the margin x{first.margin:g}"
             if first.margin_source == "given"
-            else "its margin (calibrated per ZeRO stage and remat on measured peaks, column x)"
+            else "its margin (column x: calibrated per ZeRO stage and remat on the peaks of its "
+            "class where it has some, else the nearest schedule's, floor x1)"
         )
         + (
             "; one that fits only without it ('tight': measure it) is left out, and "
