@@ -184,7 +184,7 @@ def draw_routing(
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.set_title("each token to its experts (colour: the device holding it;\n"
-                 "black dotted with ×: dropped, the expert was full)", fontsize=9.5)  # fmt: skip
+                 "black dotted with ×: dropped, the expert was full in its group)", fontsize=9.5)  # fmt: skip
     bars = fig.add_subplot(grid[0, 1])
     _draw_load_bars(bars, g_ex, g_kp, exp_dev, capacity, what)
     return fig

@@ -5,7 +5,7 @@ it in a bare Python or in Pyodide. ``helpers.planning.margins`` plans each point
 and derives a margin per runtime, ZeRO stage and recompute schedule from the ratios
 ``(peak - parameters - optimizer state - gathered weights) / (gradients + activations)``.
 
-Two kinds of witness:
+Two kinds of witness (neither a TPU allocator's measured peak):
 
 - **GPU** (``runtime="gpu"``): torchtitan's published Llama 3.1 benchmarks on H100s
   (pytorch/torchtitan ``docs/performance.md`` at commit d4c86e375, the same tables in
@@ -20,7 +20,9 @@ Two kinds of witness:
 - **TPU** (``runtime="tpu"``): what the TPU compiler (libtpu) laid out for one ZeRO-3 step of
   the series' Transformer at LLaMA-3-8B's shapes (``helpers/measuring/tpu_programs.json``,
   recorded by ``.ci/record_tpu_programs.py``; notebook 13a prints them): ``memory_analysis()``'s
-  arguments plus temporaries per chip, compiled for 8, 64 and 256 TPU v5p chips.
+  arguments plus temporaries per chip, compiled for 8, 64 and 256 TPU v5p chips; and the same
+  memory analysis of one DP step of notebook 08's Transformer that ran on a TPU v5e chip
+  (``_CHIP_V5E`` below).
 
 The torchtitan runs' settings, read at 9dec370 (``train_configs/llama3_8b.toml``,
 ``llama3_70b.toml``, ``torchtitan/parallelisms/parallelize_llama.py``, ``train.py``,
@@ -169,14 +171,20 @@ _SERIES_GPU = {
     }
 }  # fmt: skip
 
-#: Measured on a real chip, not compiled for one: ``helpers/measuring/reference_tpu_v5e.json``
-#: (``.ci/accelerator_reference.py``, step ``profile-transformer``, one TPU v5e chip,
-#: 2026-12-06, jax 0.10.2): the DP step ran, its ``memory_analysis()`` arguments +
-#: temporaries 15,772,161,024 bytes, under the chip's 16,911,433,728.
+#: A step that ran on a real chip, not only compiled for one:
+#: ``helpers/measuring/reference_tpu_v5e.json`` (``.ci/accelerator_reference.py``, step
+#: ``profile-transformer``, one TPU v5e chip, 2026-12-06, jax 0.10.2; notebook 04's Going
+#: deeper prints it). The "peak" is what the compiler laid out for it, ``memory_analysis()``'s
+#: arguments + temporaries, 15,772,161,024 bytes, under the chip's 16,911,433,728; it is not
+#: a measured allocator peak (the one recorded beside it, 7,339,773,440 bytes, is below the
+#: arguments alone, so it is not used). The program holds 12 bytes per parameter in its
+#: arguments (f32 parameters and Adam), where the planner's "mixed" counts 14 (bf16
+#: parameters, f32 master and Adam): part of the ratio below 1 is that difference.
 _CHIP_V5E = PeakPoint(
     key="tpu-v5e-chip-series-gpu-dp",
     name="notebook 08's Transformer (gpu preset), DP on one TPU v5e chip (ran)",
-    source="helpers/measuring/reference_tpu_v5e.json, profiles.transformer (measured on the chip)",
+    source="helpers/measuring/reference_tpu_v5e.json, profiles.transformer (the compiler's "
+    "memory analysis of a step that ran on the chip)",
     runtime="tpu", model=_SERIES_GPU, hardware="tpu-v5e", dp=1, zero=0, micro_batch=8,
     seq=1024, precision="mixed", flash_attention=False, loss="plain",
     peak_bytes=float(7_305_282_048 + 8_466_877_440),
