@@ -105,7 +105,12 @@ def test_the_chip_point_is_the_committed_measurement() -> None:
     )
     assert (p.micro_batch, p.seq) == (cfg["batch"], cfg["seq"]) and not cfg["remat"]
     assert spec.param_count() == cfg["param_count"]
-    calibrated = estimate(spec, HARDWARE["tpu-v5e"], point_layout(p), margin=None)
+    calibrated = estimate(
+        spec,
+        HARDWARE["tpu-v5e"],
+        point_layout(p),
+        margin=margin_for(HARDWARE["tpu-v5e"], p.zero, p.remat),
+    )
     assert calibrated.memory_verdict == "fits" and plan_point(p).memory_verdict == "out of memory"
 
 

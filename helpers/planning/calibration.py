@@ -27,6 +27,7 @@ from typing import Any
 from helpers.planning.estimate import Plan, estimate
 from helpers.planning.hardware import HARDWARE, HARDWARE_ALIASES, Hardware
 from helpers.planning.layout import Layout, PlanError
+from helpers.planning.margins import margin_for
 from helpers.planning.models import model_from_hf_config
 
 
@@ -86,7 +87,8 @@ def run_layout(run: Any) -> Layout:
 def plan_published_run(run: Any) -> Plan:
     """The planner's plan of a published run's own layout (no expected MFU)."""
     model = model_from_hf_config(run.model, run.key)
-    return estimate(model, run_hardware(run), run_layout(run))
+    hardware, layout = run_hardware(run), run_layout(run)
+    return estimate(model, hardware, layout, margin=margin_for(hardware, layout.zero, layout.remat))
 
 
 def bound_as_published(run: Any, plan: Plan | None = None) -> float:

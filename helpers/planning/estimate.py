@@ -108,7 +108,7 @@ import functools
 import itertools
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from helpers.measuring import cost_model
 from helpers.planning.activations import kv_heads_per_rank, layer_activation_bytes
@@ -853,12 +853,14 @@ def _notes(model: ModelSpec, layout: Layout, net: _Net, counts: tuple[int, ...])
 
 def estimate(
     model: ModelSpec, hardware: Hardware, layout: Layout, *, gpus: int | None = None,
-    margin: float | None = None,
+    margin: float | _MarginLike | None = None,
 ) -> Plan:  # fmt: skip
     """Plan ``layout`` for ``model`` on ``hardware`` (see the module docstring); the expected
-    MFU is left to ``helpers.planning.plan.plan_model``. ``margin`` None takes the margin
-    ``helpers.planning.margins.margin_for`` calibrates for the layout's ZeRO stage, recompute
-    schedule and runtime; a number is used as given (with no floor: below it, "tight").
+    MFU is left to ``helpers.planning.plan.plan_model``. ``margin``: a number is used as given
+    (with no floor: below it, "tight"); a calibrated margin (``helpers.planning.margins.
+    margin_for``, which ``plan_model``, ``search_layouts`` and the calibration pass) brings its
+    floor and source; None takes ``ACTIVATION_MARGIN``, the stated default. This module does
+    not import ``margins``, which plans its points with it.
 
     Raises:
       PlanError: a layout that cannot run (one line naming the flag and why).
@@ -904,7 +906,7 @@ def _assemble(
     flops = tokens * model.model_flops_per_token(layout.seq)
     mfu = flops / (step * layout.devices * hardware.peak_flops)
     per_device, _ = _memory(model, layout, stages)
-    margin, floor, source = _margin(hardware, layout, margin)
+    margin, floor, source = _margin(margin)
     fits, verdict = memory_verdict(per_device, hardware.hbm_bytes, margin, floor)
     sent = {a: m * b for a, b in st.sent.items()}
     comm = {a: m * s for a, s in st.comm.items()}
@@ -940,14 +942,21 @@ def _assemble(
     )  # fmt: skip
 
 
-def _margin(hardware: Hardware, layout: Layout, margin: float | None) -> tuple[float, float, str]:
-    """(margin, floor, where they come from): given, or calibrated (``margins.margin_for``)."""
-    if margin is not None:
-        return float(margin), 1.0, "given"
-    from helpers.planning.margins import margin_for  # it plans its points with this module
+class _MarginLike(Protocol):
+    """What ``helpers.planning.margins.Margin`` carries into a plan."""
 
-    m = margin_for(hardware, layout.zero, layout.remat)
-    return m.margin, m.floor, m.source
+    margin: float
+    floor: float
+    source: str
+
+
+def _margin(margin: float | _MarginLike | None) -> tuple[float, float, str]:
+    """(margin, floor, where they come from): the default, given, or calibrated."""
+    if margin is None:
+        return ACTIVATION_MARGIN, 1.0, "the stated default (estimate.ACTIVATION_MARGIN)"
+    if isinstance(margin, int | float):
+        return float(margin), 1.0, "given"
+    return float(margin.margin), float(margin.floor), margin.source
 
 
 __all__ = [

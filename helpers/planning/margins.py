@@ -165,6 +165,9 @@ def outcome_verdicts() -> dict[str, tuple[str, str]]:
     out = {}
     for point in REPORTED_OUTCOMES:
         model, hardware = point_model(point), HARDWARE[point.hardware]
-        plan = estimate(model, hardware, point_layout(point))
+        layout = point_layout(point)
+        plan = estimate(
+            model, hardware, layout, margin=margin_for(hardware, layout.zero, layout.remat)
+        )
         out[point.key] = (point.outcome, plan.memory_verdict)
     return out

@@ -64,6 +64,7 @@ from helpers.planning.layout import (
     Layout,
     PlanError,
 )
+from helpers.planning.margins import margin_for
 from helpers.planning.models import (
     FAMILIES,
     HF_KEYS,
@@ -225,7 +226,8 @@ def plan_model(
         vocab_multiple=vocab_multiple, moe_nodes_per_token=moe_nodes_per_token, causal=causal,
         elementwise=elementwise, loss=loss, dp_issue=dp_issue, bucket_mib=bucket_mib,
     )  # fmt: skip
-    plan = estimate(model, hardware, layout, gpus=gpus, margin=margin)
+    calibrated = margin_for(hardware, layout.zero, layout.remat) if margin is None else margin
+    plan = estimate(model, hardware, layout, gpus=gpus, margin=calibrated)
     cal = default_calibration()
     if cal is not None:
         plan.mfu_expected = plan.mfu * cal.factor

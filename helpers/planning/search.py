@@ -17,6 +17,7 @@ from helpers.planning.calibration import default_calibration
 from helpers.planning.estimate import Plan, estimate
 from helpers.planning.hardware import Hardware
 from helpers.planning.layout import Layout, PlanError
+from helpers.planning.margins import margin_for
 from helpers.planning.models import ModelSpec
 
 
@@ -84,7 +85,10 @@ def search_layouts(
         for layout in _settings(deg, batch, seq, micro_batches, zeros, remats, flash_attention):
             planned += 1
             try:
-                plan = estimate(model, hardware, layout, margin=margin)
+                given = (
+                    margin_for(hardware, layout.zero, layout.remat) if margin is None else margin
+                )
+                plan = estimate(model, hardware, layout, margin=given)
             except PlanError:
                 refused += 1
                 continue
