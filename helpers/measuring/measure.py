@@ -497,8 +497,7 @@ def collective_line(compiled: Any, kind: str, *, containing: str = "") -> str:
         where = f" whose line contains {containing!r}" if containing else ""
         raise ValueError(f"collective_line: the program has no {kind}{where}.")
     name, result, start, rest = found.groups()
-    rest = re.sub(r",\s*(?:metadata|backend_config|frontend_attributes)=.*$", "", rest)
-    rest = re.sub(r",\s*channel_id=\d+|,\s*use_global_device_ids=true", "", rest)
+    rest = _without_annotations(rest)
     depth, end = 0, len(rest)
     for i, char in enumerate(rest):  # the operand list ends at its own closing parenthesis
         depth += {"(": 1, ")": -1}.get(char, 0)
@@ -506,10 +505,21 @@ def collective_line(compiled: Any, kind: str, *, containing: str = "") -> str:
             end = i
             break
     operands, attrs = _shortened(rest[:end]), rest[end + 1 :]
-    result = re.sub(r"(?<=\])\{[0-9,]*(?::[^}]*)?\}", "", result)
+    result = _HLO_LAYOUT.sub("", result)
     if result.startswith("(") and result.endswith(")"):
         result = f"({_shortened(result[1:-1])})"
     return f"{name} = {result} {kind}{start or ''}({operands}){attrs}"
+
+
+#: An array's memory layout in HLO text, after its shape: ``f32[8,4]{1,0:T(8,128)}``.
+_HLO_LAYOUT = re.compile(r"(?<=\])\{[0-9,]*(?::[^}]*)?\}")
+
+
+def _without_annotations(text: str) -> str:
+    """An HLO line without its metadata, backend configuration and channel ids (what
+    ``collective_line`` and ``topology.program_summary``'s lines leave out)."""
+    text = re.sub(r",\s*(?:metadata|backend_config|frontend_attributes)=.*$", "", text)
+    return re.sub(r",\s*channel_id=\d+|,\s*use_global_device_ids=true", "", text)
 
 
 def _shortened(items: str) -> str:

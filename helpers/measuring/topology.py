@@ -209,10 +209,9 @@ def _example_kind(line: str) -> str | None:
 
 def _trimmed(line: str) -> str:
     """An HLO line for reading: no layouts, metadata, backend configuration or channel ids."""
-    line = re.sub(r",\s*(?:metadata|backend_config|frontend_attributes)=.*$", "", line.strip())
-    line = re.sub(r"(?<=\])\{[0-9,]*(?::[^}]*)?\}", "", line)  # layouts: f32[8,4]{1,0:T(8,128)}
-    line = re.sub(r",\s*channel_id=\d+|,\s*use_global_device_ids=true", "", line)
-    return line[:300]
+    from helpers.measuring.measure import _HLO_LAYOUT, _without_annotations
+
+    return _HLO_LAYOUT.sub("", _without_annotations(line.strip()))[:300]
 
 
 def format_programs(programs: dict[str, Any], memory: bool = True) -> str:
