@@ -75,7 +75,11 @@ _LAZY_MODULES = {
     ),
     "helpers.drawing.draw_context": ("draw_causal_work",),
     "helpers.drawing.draw_experts": ("draw_routing",),
-    "helpers.drawing.draw_strategies": ("plot_live_memory", "plot_memory_vs_traffic"),
+    "helpers.drawing.draw_strategies": (
+        "plot_live_memory",
+        "plot_memory_vs_traffic",
+        "plot_model_states",
+    ),
     "helpers.lesson": (
         "CaughtError",
         "cell_role",
@@ -759,6 +763,7 @@ __all__ = [
     # drawing/draw_strategies
     "plot_live_memory",
     "plot_memory_vs_traffic",
+    "plot_model_states",
     # cluster/checkpoint
     "PausedSaves",
     "SavedArray",

@@ -114,3 +114,45 @@ def test_live_memory_plot_wants_live_memories(lives, match):
 
     with pytest.raises(ValueError, match=match):
         plot_live_memory(lives)
+
+
+def test_model_states_stack_each_plan_with_its_total_above():
+    from helpers import ModelSpec, plan_model, plot_model_states
+
+    spec = ModelSpec("7.5B", 0, 0, 0, 0, 0, 0, params_only=7_500_000_000)
+    plans = {f"ZeRO-{z}": plan_model(spec, dp=64, zero=z).per_device_bytes for z in (0, 3)}
+    fig = plot_model_states(plans, title="t")
+    try:
+        (ax,) = fig.axes
+        bars = ax.patches
+        assert len(bars) == 6  # 3 states x 2 plans, stacked
+        tops = [
+            max(
+                b.get_y() + b.get_height()
+                for b in bars
+                if abs(b.get_x() + b.get_width() / 2 - i) < 1e-9
+            )
+            for i in (0, 1)
+        ]
+        assert tops == pytest.approx([120.0, 1.875])
+        assert [t.get_text() for t in ax.texts] == ["120 GB", "1.88 GB"]
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend == ["parameters", "gradients", "optimizer state"]
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    ("plans", "kwargs", "match"),
+    [
+        ({}, {}, "non-empty mapping"),
+        ({"a": {"params": 1, "grads": 1}}, {}, r"plans\['a'\] must give"),
+        ({"a": {"params": 1, "grads": -1, "optimizer": 1}}, {}, "non-negative"),
+        ({"a": {"params": 1, "grads": 1, "optimizer": 1}}, {"scale": 0}, "scale must be"),
+    ],
+)
+def test_model_states_plot_names_the_bad_parameter(plans, kwargs, match):
+    from helpers import plot_model_states
+
+    with pytest.raises(ValueError, match=match):
+        plot_model_states(plans, **kwargs)

@@ -4,7 +4,9 @@
 state the fullest device holds (y) against how many bytes each device sends per training step
 (x). ``plot_live_memory`` draws what a compiled step's temporaries hold, instruction by
 instruction, for a few programs side by side (``helpers.measuring.measure.live_memory``).
-Notebook 03 draws both. matplotlib is imported inside the functions, so importing this module
+Notebook 03 draws both. ``plot_model_states`` stacks a plan's model states per device
+(parameters, gradients, optimizer state) in one bar per plan: notebook 13a draws the ZeRO
+stages with it. matplotlib is imported inside the functions, so importing this module
 does not need it.
 """
 
@@ -212,3 +214,62 @@ def _live_panel(ax: Any, name: str, live: Any, size: float, unit: str) -> None:
     ax.set_ylabel(unit, fontsize=10)
     ax.set_xlim(0, 1)
     ax.tick_params(labelsize=9)
+
+
+_STATE_COLORS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
+_STATE_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
+
+
+def plot_model_states(
+    plans: Mapping[str, Mapping[str, float]],
+    *,
+    title: str | None = None,
+    scale: float = 1e9,
+    unit: str = "GB",
+) -> Any:
+    """One bar per plan: the bytes per device of its parameters, gradients and optimizer
+    state, stacked, with the total written above the bar.
+
+    ``plans`` maps a bar's label to the bytes of each state, for instance the
+    ``per_device_bytes`` of ``helpers.plan_model`` (other keys are ignored). The y axis is in
+    ``unit`` (``scale`` bytes each; 10^9 bytes, "GB", by default, as the ZeRO paper counts).
+    Returns the Figure.
+    """
+    if not isinstance(plans, Mapping) or not plans:
+        raise ValueError(
+            "plot_model_states: plans must be a non-empty mapping of a label to bytes per "
+            f"state ({sorted(_STATE_COLORS)}), got {plans!r}."
+        )
+    for name, held in plans.items():
+        if not isinstance(held, Mapping) or not all(
+            isinstance(held.get(k), int | float) and held[k] >= 0 for k in _STATE_COLORS
+        ):
+            raise ValueError(
+                f"plot_model_states: plans[{name!r}] must give non-negative bytes for each of "
+                f"{sorted(_STATE_COLORS)}, got {held!r}."
+            )
+    if not (isinstance(scale, int | float) and scale > 0):
+        raise ValueError(
+            f"plot_model_states: scale must be a positive number of bytes, got {scale!r}."
+        )
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1.8 + 1.5 * len(plans), 3.8), layout="constrained")
+    names = list(plans)
+    bottoms = [0.0] * len(names)
+    for kind, color in _STATE_COLORS.items():
+        heights = [plans[n][kind] / scale for n in names]
+        ax.bar(names, heights, bottom=bottoms, color=color, width=0.6, label=_STATE_LABELS[kind])
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    top = max(bottoms)
+    for i, total in enumerate(bottoms):
+        ax.text(
+            i, total + top * 0.02, f"{total:.3g} {unit}", ha="center", va="bottom", fontsize=9.5
+        )
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+    ax.set_ylabel(f"{unit} per device", fontsize=10)
+    ax.tick_params(labelsize=9.5)
+    ax.legend(fontsize=9, frameon=False, loc="upper right")
+    if title:
+        ax.set_title(title, fontsize=11)
+    return fig
