@@ -195,13 +195,9 @@ HBM_BANDWIDTH: dict[str, float] = {"H100 SXM": 3.35e12, "H200 SXM": 4.8e12, "A10
 ADAM_BYTES_PER_PARAM = 28
 
 # NCCL's ring latencies for its "Simple" protocol, in seconds: (per collective, per step
-# inside a node over NVLink, per step that crosses nodes). From NVIDIA/nccl
-# src/graph/tuning.cc as of v2.17.1-1 (baseLat Ring/Simple 8.4 us; hwLat NVLink
-# Ring/Simple 3.4 us, NET Ring/Simple 9.6 us). From v2.18.1-1 on, NCCL's table has 14 us
-# for NET Ring/Simple and adds the network's own latency and a per-step overhead across
-# nodes; the first two figures are unchanged. An order of magnitude, not a prediction.
-NCCL_RING_LATENCY = (8.4e-6, 3.4e-6, 9.6e-6)
-
+# inside a node over NVLink, per step that crosses nodes): NCCL_RING_LATENCY_2_27 below, the
+# table the planner uses too. (Before v2.18.1-1 a step across nodes had 9.6 us, not 14; the
+# first two figures are unchanged.) An order of magnitude, not a prediction.
 #: NCCL's tuning model as of v2.27.7-1 (NVIDIA/nccl ``src/graph/tuning.cc`` at commit
 #: 593de54e52679b51428571c13271e2ea9f91b1b1, lines 134-156 and 329-361), Simple protocol
 #: (the one NCCL picks for the megabytes a training step's collectives move), in seconds:
@@ -214,6 +210,7 @@ NCCL_RING_LATENCY = (8.4e-6, 3.4e-6, 9.6e-6)
 #: below NVLink's 3.4), the LL and LL128 protocols (lower latency, lower bandwidth: NCCL
 #: picks them for messages of kilobytes), and NVLS, CollNet and PAT.
 NCCL_RING_LATENCY_2_27 = (8.4e-6, 3.4e-6, 14.0e-6)
+NCCL_RING_LATENCY = NCCL_RING_LATENCY_2_27
 NCCL_TREE_LATENCY_2_27 = (8.4e-6, 4.0e-6, 14.0e-6)
 #: NCCL's tree all-reduce reaches at most 0.92 of the ring's bus bandwidth
 #: (``busBw = std::min(busBw*.92, ...)`` for Tree in the same function).
