@@ -54,7 +54,7 @@ sharding: FSDP inside each node, DP across nodes) keeps its gathers on NVLink an
 only the gradient all-reduce out of the node.
 
 **Latency.** Each collective also pays a fixed start cost and one hop per ring step, as
-NCCL's own tuning model counts them (``src/graph/tuning.cc`` in NVIDIA/nccl v2.17:
+NCCL's own tuning model counts them (``src/graph/tuning.cc`` in NVIDIA/nccl v2.27.7-1:
 ``baseLat + (nsteps - nInterSteps) * intraLat + nInterSteps * interLat``, with ``N-1``
 steps for an all-gather or reduce-scatter and ``2(N-1)`` for an all-reduce). So a small
 message is never free. A ring's latency grows with its length; where a ``Network`` carries
