@@ -132,3 +132,22 @@ def test_draw_plans_names_an_interleaved_pipeline() -> None:
     (label,) = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert label.startswith("pp2 dp8 tp4 v2, ZeRO-2")
     plt.close(fig)
+
+
+def test_draw_plans_writes_each_plans_optimistic_mfu_beside_its_bar_over_nothing() -> None:
+    plans = [plan_model("llama3-8b", "h100", dp=8, zero=z) for z in (1, 2, 3)]
+    fig = draw_plans(plans)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == [f"optimistic MFU {p.mfu:.1%}" for p in plans]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    ticks = [t.get_window_extent(renderer) for t in ax.get_yticklabels()]
+    legend = fig.legends[0].get_window_extent(renderer)
+    for row, box in enumerate(boxes):  # right of the bars and the HBM line, level with its bar
+        assert box.x0 >= frame.x1
+        assert box.y0 < ax.transData.transform((0, row))[1] < box.y1
+        assert box.x1 <= fig.bbox.x1 and not box.overlaps(legend)
+        assert not any(box.overlaps(o) for o in boxes[:row] + ticks)
+    plt.close(fig)

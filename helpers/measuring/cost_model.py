@@ -68,8 +68,11 @@ all-to-all, ``send_time`` a pipeline's point-to-point send: the planner
 (``helpers.planning``) prices every axis with these and ``ring_time``.
 
 **The optimizer step.** Adam reads the parameters, gradients and both moments and writes
-back the parameters and moments: 7 arrays of f32, 28 bytes per parameter, from and to
-HBM. DP does that for every parameter on every device; FSDP for its 1/N (HSDP 1/G).
+back the parameters and moments: 28 bytes per parameter from and to HBM, read two ways
+(``ADAM_BYTES_PER_PARAM``): 7 arrays of f32 when training in f32, or, in mixed precision,
+an f32 master copy, a bf16 gradient and two f32 moments read, the master, the moments and
+the bf16 weight copy written. DP does that for every parameter on every device; FSDP for
+its 1/N (HSDP 1/G).
 """
 
 from __future__ import annotations
@@ -190,8 +193,11 @@ DGX_H100_NODE = 8 * IB_NDR_400
 # A100 80GB SXM 2,039 GB/s): what the optimizer step's reads and writes run at.
 HBM_BANDWIDTH: dict[str, float] = {"H100 SXM": 3.35e12, "H200 SXM": 4.8e12, "A100": 2.039e12}
 
-# Adam in f32 reads parameter, gradient and both moments (4 x 4 bytes) and writes
-# parameter and both moments (3 x 4 bytes), per parameter.
+# Adam's HBM traffic per parameter, the same 28 bytes read two ways. Training in f32
+# (notebook 04): parameter, gradient and both moments read (4 x 4 bytes), parameter and both
+# moments written (3 x 4). Mixed precision (the planner's default, bf16 gradients): f32
+# master, bf16 gradient and two f32 moments read (4 + 2 + 4 + 4), master, moments and the
+# bf16 weight copy written (4 + 4 + 4 + 2).
 ADAM_BYTES_PER_PARAM = 28
 
 # NCCL's ring latencies for its "Simple" protocol, in seconds: (per collective, per step
@@ -505,7 +511,8 @@ def optimizer_bytes(
     network: float | Network | None = None,
     bytes_per_param: float = ADAM_BYTES_PER_PARAM,
 ) -> float:
-    """Bytes of HBM traffic per device for the optimizer step (Adam, f32: 28 per parameter).
+    """Bytes of HBM traffic per device for the optimizer step (Adam: 28 per parameter, in f32
+    or in mixed precision, ``ADAM_BYTES_PER_PARAM``).
 
     DP updates every parameter on every device; FSDP its ``1/N``; HSDP its ``1/G`` (the
     shard within its node, ``G`` from ``network``).

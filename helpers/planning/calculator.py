@@ -1,7 +1,8 @@
 """The planner as a picture and as an interactive calculator (notebook 13b).
 
 ``draw_plans`` draws the bytes per device of one or more plans as stacked bars against
-the accelerator's HBM, each with a thin line for the margin that "fits" keeps room for.
+the accelerator's HBM, each with a thin line for the margin that "fits" keeps room for,
+and its optimistic MFU beside it.
 ``draw_published_runs`` sets the planner against published runs: each run's optimistic MFU
 and expected MFU against the MFU it achieved, numbered, with a key. ``PlanCalculator`` is an ipywidgets box: dropdowns for the model,
 the hardware, the degrees, ZeRO, the micro-batch, the sequence length and remat, a figure
@@ -37,7 +38,8 @@ def _label(p: Plan) -> str:
 
 
 def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
-    """Stacked horizontal bars of each plan's bytes per device (GB), and the HBM line.
+    """Stacked horizontal bars of each plan's bytes per device (GB), and the HBM line;
+    each plan's optimistic MFU is written right of the axes, level with its bar.
 
     Raises:
       ValueError: ``plans`` is empty or holds something that is not a ``Plan``.
@@ -62,6 +64,10 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
         total = p.per_device_bytes["total"] / 1e9
         ax.plot([total, total + extra / 1e9], [row, row], color="black", linewidth=1,
                 label="margin" if row == 0 else None)  # fmt: skip
+    for row, p in enumerate(plans):  # each plan's optimistic MFU, right of the axes
+        ax.annotate(f"optimistic MFU {p.mfu:.1%}", (1.0, row), xytext=(6, 0), fontsize=9,
+                    xycoords=ax.get_yaxis_transform(), textcoords="offset points",
+                    ha="left", va="center", annotation_clip=False)  # fmt: skip
     ax.set_yticks(range(len(plans)), [_label(p) for p in plans])
     ax.invert_yaxis()
     ax.set_xlabel("GB per device (10^9 bytes)")

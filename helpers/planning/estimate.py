@@ -45,7 +45,9 @@ each axis adds what cannot hide, as Megatron-LM runs it:
   behind the next step's first forward (Megatron-LM's ``--overlap-param-gather``); ZeRO-3
   gathers every micro-batch's weights behind its forward, gathers them again (unless
   ``keep_gathered``) and reduce-scatters behind its backward (``cost_model.comm_time``).
-- the optimizer step reads and writes Adam's state from HBM (``cost_model.optimizer_bytes``).
+- the optimizer step reads and writes Adam's state from HBM (``cost_model.optimizer_bytes``:
+  28 bytes per parameter, in mixed precision an f32 master, a bf16 gradient and two f32
+  moments read, the master, the moments and the bf16 weight copy written).
 
 **Latency, per collective as the frameworks issue them.** Every collective pays NCCL's
 latency once (``cost_model.collective_time``, NCCL 2.27's tuning model,
