@@ -157,15 +157,14 @@ def test_in_flight_draws_one_strip_per_device_and_says_when_it_was_recorded():
     assert len(fig.axes) == 8  # 4 devices x 2 schedules
     lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.lines}
     assert lines["in_flight:1F1B:device=3"].get_ydata().max() == 1  # the last stage holds one
-    # each strip on its own scale: the last stage's 0..1 fills its strip as GPipe's 0..8 does
+    # every strip on one scale, 0 to the figure's peak: the last stage's 1 stands 1/8 as tall
     tops = {ln.get_gid(): ln.axes.get_ylim()[1] for ln in lines.values()}
-    assert tops["in_flight:1F1B:device=3"] == pytest.approx(1.15)
-    assert tops["in_flight:GPipe:device=3"] == pytest.approx(8 * 1.15)
+    assert list(tops.values()) == pytest.approx([8 * 1.15] * len(tops))
     ticks = {
         ln.get_gid(): [t.get_text() for t in ln.axes.get_yticklabels()] for ln in lines.values()
     }
     assert (
-        ticks["in_flight:1F1B:device=3"] == ["0", "1"]
+        ticks["in_flight:1F1B:device=3"] == ["0", "8"]
         and ticks["in_flight:GPipe:device=0"][-1] == "8"
     )
     assert fig.get_size_inches()[0] <= MAX_FIGURE_WIDTH
@@ -232,3 +231,15 @@ def test_draw_ring_rounds_rejects_bad_input():
         draw_ring_rounds([summed])
     with pytest.raises(ValueError, match="ncols=0 must be a positive"):
         draw_ring_rounds(ring_all_gather_rounds(2), ncols=0)
+
+
+def test_schedule_titles_say_micro_batch_in_the_singular_for_one():
+    from helpers.drawing.draw_comm import draw_pipeline_schedule
+    from helpers.parallelism.schedules import gpipe_table
+
+    ax = draw_pipeline_schedule(gpipe_table(1, 1))
+    assert "1 device, 1 micro-batch, bubble" in ax.get_title()
+    plt.close(ax.figure)
+    ax = draw_pipeline_schedule(gpipe_table(2, 3))
+    assert "2 devices, 3 micro-batches, bubble" in ax.get_title()
+    plt.close(ax.figure)

@@ -353,7 +353,8 @@ def draw_pipeline_schedule(
     n_micro = int(a.max()) + 1 if (a >= 0).any() else 0
     ax.set_title(
         title
-        or f"{stages} stages, {n_micro} micro-batches: bubble {bubble_fraction(a):.1%}\n"
+        or f"{stages} stage{'s' * (stages != 1)}, {n_micro} micro-batch{'es' * (n_micro != 1)}: "
+        f"bubble {bubble_fraction(a):.1%}\n"
         "(in each cell its micro-batch; pale grey: idle)",
         fontsize=10.5,
     )
@@ -404,7 +405,8 @@ def _table_label(m: int, chunk: int | None, w_pt: float, h_pt: float) -> tuple[s
 def _table_title(s: PipelineSchedule, tl: Timeline | None, dropped: bool) -> str:
     S = s.n_stages
     if tl is None:
-        head = (f"{s.name}: {S} device{'s' * (S > 1)}, {s.n_micro} micro-batches, bubble "
+        head = (f"{s.name}: {S} device{'s' * (S > 1)}, {s.n_micro} micro-batch"
+                f"{'es' * (s.n_micro != 1)}, bubble "
                 f"{bubble_fraction(s.phase):.1%}")  # fmt: skip
     else:
         how = "in lockstep" if tl.lockstep else "each device as soon as its inputs are ready"
@@ -513,9 +515,10 @@ def draw_in_flight(
     axes: Any = None,
 ) -> Figure:
     """How many micro-batches' activations each device holds after each tick: one column per
-    schedule, one strip per device in its colour (so no device's line hides another's). Each
-    strip has its own scale, from 0 to its peak (the upper number on its axis), so that a
-    device holding one micro-batch shows its shape as clearly as one holding sixteen.
+    schedule, one strip per device in its colour (so no device's line hides another's). All
+    strips share one scale, from 0 to the figure's peak (the upper number on every axis), so
+    that a strip's height compares across devices and schedules: GPipe's 16 stands four times
+    as tall as a 1F1B device's 4.
 
     Args:
       schedules: the schedules to compare (``helpers.parallelism.schedules``), side by side;
@@ -532,6 +535,7 @@ def draw_in_flight(
     if any(s.n_stages != S for s in schedules):
         raise ValueError("draw_in_flight: schedules must all have the same number of devices.")
     counts = _in_flight_counts(schedules, recorded)
+    top = max(1, max(int(c.max()) for c in counts))  # one scale for every strip: 0 to the peak
     devs = _devices_for(S, stage_devices, "draw_in_flight")
     if axes is None:
         fig = _new_figure((min(MAX_FIGURE_WIDTH, 1.4 + 3.8 * len(schedules)), 1.3 + 0.5 * S))
@@ -549,7 +553,6 @@ def draw_in_flight(
             ax.fill_between(x, c[d], step="post", color=color, alpha=0.25, linewidth=0)
             ax.step(x, c[d], where="post", color=color, linewidth=1.4,
                     gid=f"in_flight:{s.name}:device={d}")  # fmt: skip
-            top = max(1, int(c[d].max()))  # each strip on its own scale, 0 to its peak
             ax.set_ylim(0, top * 1.15)
             ax.set_yticks([0, top])
             ax.tick_params(labelsize=_MIN_PT, length=2)
@@ -562,7 +565,7 @@ def draw_in_flight(
         grid[-1, j].xaxis.set_major_locator(MaxNLocator(integer=True))
     source = "as the run's devices recorded them" if recorded is not None else "from the table"
     fig.suptitle(f"Micro-batches whose activations each device holds after each tick, {source}"
-                 "\n(each strip on its own scale: from 0 to its peak, the number on its axis)",
+                 "\n(every strip on one scale: from 0 to the figure's peak, the number on its axis)",
                  fontsize=10.5)  # fmt: skip
     fig.tight_layout()
     return fig
