@@ -142,6 +142,27 @@ def test_model_states_stack_each_plan_with_its_total_above():
         plt.close(fig)
 
 
+def test_model_states_zoom_draws_the_small_bar_again_with_its_states_written():
+    """Issue 53: ZeRO-3's 1.9 GB is a line beside DP's 120 GB; the zoomed panel draws it on
+    its own axis and writes each state's size under it."""
+    import matplotlib.pyplot as plt
+
+    from helpers import ModelSpec, plan_model, plot_model_states
+
+    spec = ModelSpec("7.5B", 0, 0, 0, 0, 0, 0, params_only=7_500_000_000)
+    plans = {f"ZeRO-{z}": plan_model(spec, dp=64, zero=z).per_device_bytes for z in (0, 3)}
+    fig = plot_model_states(plans, title="t", zoom=["ZeRO-3"])
+    try:
+        ax, zax = fig.axes
+        assert len(ax.patches) == 6 and len(zax.patches) == 3
+        assert zax.get_ylim()[1] == pytest.approx(1.875 * 1.15)
+        (label,) = [t.get_text() for t in zax.get_xticklabels()]
+        assert label.splitlines() == ["ZeRO-3", "optimizer 1.41", "gradients 0.234",
+                                      "parameters 0.234"]  # fmt: skip
+    finally:
+        plt.close(fig)
+
+
 @pytest.mark.parametrize(
     ("plans", "kwargs", "match"),
     [
@@ -149,6 +170,8 @@ def test_model_states_stack_each_plan_with_its_total_above():
         ({"a": {"params": 1, "grads": 1}}, {}, r"plans\['a'\] must give"),
         ({"a": {"params": 1, "grads": -1, "optimizer": 1}}, {}, "non-negative"),
         ({"a": {"params": 1, "grads": 1, "optimizer": 1}}, {"scale": 0}, "scale must be"),
+        ({"a": {"params": 1, "grads": 1, "optimizer": 1}}, {"zoom": ["b"]}, "zoom must be"),
+        ({"a": {"params": 1, "grads": 1, "optimizer": 1}}, {"zoom": "a"}, "zoom must be"),
     ],
 )
 def test_model_states_plot_names_the_bad_parameter(plans, kwargs, match):

@@ -36,6 +36,7 @@ from helpers.planning.calibration import (
     bound_as_published,
     calibrate,
     plan_published_run,
+    runs_table,
 )
 from helpers.planning.runs import PUBLISHED_RUNS
 
@@ -84,6 +85,21 @@ def test_a_run_at_the_edge_quotes_its_source_with_a_link(key: str) -> None:
     edge = RUNS[key].memory_edge
     assert "https://" in edge and edge.count("'") >= 2 and "memory" in edge
     assert RUNS[key].outcome == "trained"
+
+
+@pytest.mark.parametrize("key", sorted(k for k, r in RUNS.items() if r.memory_edge))
+def test_what_the_edge_says_is_about_the_run_itself(key: str) -> None:
+    """Issue 53: notebook 13a prints ``memory_edge_says`` as the run's source. Its quotation
+    is the source's (in ``memory_edge``); a quotation about 8K tokens is not printed as the
+    statement about a longer sequence without saying that the source states nothing for it."""
+    run = RUNS[key]
+    says = run.memory_edge_says
+    quoted = says[says.index("'") + 1 : says.rindex("'")]
+    assert quoted and quoted in run.memory_edge
+    if "8K tokens" in quoted and run.seq > 8192:
+        assert "states no" in says and f"{run.seq // 1024}K" in says.split(";")[0], says
+    row = next(r for r in runs_table() if r["key"] == key)
+    assert row["memory_edge_says"] == says
 
 
 def test_the_530b_zero3_run_that_did_not_fit_is_out_of_memory_only_by_the_floor() -> None:

@@ -13,7 +13,7 @@ does not need it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _UNITS = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
@@ -226,6 +226,7 @@ def plot_model_states(
     title: str | None = None,
     scale: float = 1e9,
     unit: str = "GB",
+    zoom: Sequence[str] = (),
 ) -> Any:
     """One bar per plan: the bytes per device of its parameters, gradients and optimizer
     state, stacked, with the total written above the bar.
@@ -233,7 +234,9 @@ def plot_model_states(
     ``plans`` maps a bar's label to the bytes of each state, for instance the
     ``per_device_bytes`` of ``helpers.plan_model`` (other keys are ignored). The y axis is in
     ``unit`` (``scale`` bytes each; 10^9 bytes, "GB", by default, as the ZeRO paper counts).
-    Returns the Figure.
+    ``zoom`` names bars drawn again in a second panel on their own y axis, each with the size
+    of every state written under it: a bar far below the largest is otherwise a line on the
+    first panel's linear axis. Returns the Figure.
     """
     if not isinstance(plans, Mapping) or not plans:
         raise ValueError(
@@ -252,10 +255,45 @@ def plot_model_states(
         raise ValueError(
             f"plot_model_states: scale must be a positive number of bytes, got {scale!r}."
         )
+    if isinstance(zoom, str) or not all(z in plans for z in zoom):
+        raise ValueError(
+            f"plot_model_states: zoom must be a sequence of labels of plans ({list(plans)}), "
+            f"got {zoom!r}."
+        )
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(1.8 + 1.5 * len(plans), 3.8), layout="constrained")
-    names = list(plans)
+    width = 1.8 + 1.5 * len(plans)
+    if zoom:
+        fig, (ax, zax) = plt.subplots(
+            1, 2, figsize=(width + 1.2 + 1.6 * len(zoom), 3.8), layout="constrained",
+            gridspec_kw={"width_ratios": [len(plans) + 0.6, len(zoom) + 0.9]},
+        )  # fmt: skip
+    else:
+        fig, ax = plt.subplots(figsize=(width, 3.8), layout="constrained")
+    _state_bars(ax, plans, list(plans), scale, unit)
+    ax.set_ylabel(f"{unit} per device", fontsize=10)
+    ax.legend(fontsize=9, frameon=False, loc="upper right")
+    if zoom:
+        _state_bars(zax, plans, list(zoom), scale, unit)
+        zax.set_xticks(
+            range(len(zoom)),
+            [
+                "\n".join([z] + [f"{_STATE_LABELS[k].split()[0]} {plans[z][k] / scale:.3g}"
+                                  for k in reversed(_STATE_COLORS)])
+                for z in zoom
+            ],
+        )  # fmt: skip
+        zax.set_xlim(-0.7, len(zoom) - 0.3)
+        zax.set_title(f"zoomed, {unit}", fontsize=10)
+    if title:
+        (fig.suptitle if zoom else ax.set_title)(title, fontsize=11)
+    return fig
+
+
+def _state_bars(
+    ax: Any, plans: Mapping[str, Mapping[str, float]], names: list[str], scale: float, unit: str
+) -> None:
+    """``plot_model_states``'s stacked bars for ``names``, each total written above it."""
     bottoms = [0.0] * len(names)
     for kind, color in _STATE_COLORS.items():
         heights = [plans[n][kind] / scale for n in names]
@@ -267,9 +305,4 @@ def plot_model_states(
             i, total + top * 0.02, f"{total:.3g} {unit}", ha="center", va="bottom", fontsize=9.5
         )
     ax.set_ylim(0, top * 1.15 if top > 0 else 1)
-    ax.set_ylabel(f"{unit} per device", fontsize=10)
     ax.tick_params(labelsize=9.5)
-    ax.legend(fontsize=9, frameon=False, loc="upper right")
-    if title:
-        ax.set_title(title, fontsize=11)
-    return fig

@@ -154,7 +154,8 @@ def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
     optimistic MFU (``"optimistic"``, in the run's own MFU convention; ``"bound"`` is the
     same value under its old name), its leave-one-out expected MFU, the memory verdict (with
     the calibrated margin), the source's statement that it ran near its memory's limit
-    (``"memory_edge"``, empty if none), and the optimistic MFU's ratio to the achieved MFU."""
+    (``"memory_edge"``, empty if none) and what it says of this run's configuration
+    (``"memory_edge_says"``), and the optimistic MFU's ratio to the achieved MFU."""
     runs = published_runs() if runs is None else runs
     cal = calibrate(runs)
     rows = []
@@ -168,6 +169,7 @@ def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
             "optimistic": bound, "bound": bound,
             "expected": cal.loo.get(run.key) if cal else None,
             "memory_verdict": plan.memory_verdict, "memory_edge": getattr(run, "memory_edge", ""),
+            "memory_edge_says": getattr(run, "memory_edge_says", ""),
             "ratio": bound / achieved if achieved else None,
         })  # fmt: skip
     return rows

@@ -15,8 +15,9 @@ class's **margin** is its largest ratio (so every measured peak of the class lie
 times the floor, exceeds HBM is "out of memory" (``estimate.memory_verdict``), between the
 two "tight".
 
-A class with no measured point says so and falls back: the margin to the largest ratio
-measured on the same runtime (any stage, any schedule), the floor to 1 (the count alone);
+A class with no measured point says so and falls back: the margin to the largest ratio of
+the nearest recompute schedule measured on the same runtime (any ZeRO stage; schedules in the
+order none, selective, op, full, the later on a tie), the floor to 1 (the count alone);
 a runtime with no point at all falls back to ``estimate.ACTIVATION_MARGIN``. The ratios
 depend on the framework (torchtitan's eager PyTorch, torch.compile, XLA:TPU): read the
 spread, and measure your own step's peak for a margin of your own (``--margin``).
