@@ -196,11 +196,13 @@ def test_the_recorded_tpu_programs_are_what_the_compiler_gives_now():
     spec = importlib.util.spec_from_file_location("record_tpu_programs", script)
     record = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(record)
-    for name in TPU_PROGRAMS:
-        fresh = json.loads(json.dumps(record.small_entry(name)))
-        assert recorded_program(name) == fresh, name
+    first = next(iter(TPU_PROGRAMS))  # the recording script's own entry, for one program
+    assert recorded_program(first) == json.loads(json.dumps(record.small_entry(first)))
+    for name in TPU_PROGRAMS:  # each compiled once (the compiles are most of CI's minutes here)
         summary, where = tpu_program(name)  # on CPU devices with libtpu: compiled here
-        assert summary == fresh["summary"] and "compiled here" in where
+        fresh = json.loads(json.dumps({"topology": TPU_PROGRAMS[name][1], "summary": summary}))
+        assert recorded_program(name) == fresh, name
+        assert "compiled here" in where
     with pytest.raises(ValueError, match="name='nothing' is not recorded"):
         recorded_program("nothing")
 
