@@ -134,11 +134,19 @@ def test_draw_plans_names_an_interleaved_pipeline() -> None:
     plt.close(fig)
 
 
-def test_draw_plans_writes_each_plans_optimistic_mfu_beside_its_bar_over_nothing() -> None:
+def test_draw_plans_writes_each_plans_mfu_and_fit_beside_its_bar_over_nothing() -> None:
     plans = [plan_model("llama3-8b", "h100", dp=8, zero=z) for z in (1, 2, 3)]
+    plans.append(plan_model("llama3-70b", "h100", dp=32, tp=2, zero=3, global_batch=256))
     fig = draw_plans(plans)
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.texts] == [f"optimistic MFU {p.mfu:.1%}" for p in plans]
+    texts = [t.get_text() for t in ax.texts]
+    for p, text in zip(plans, texts, strict=True):
+        b = p.per_device_bytes
+        need = (b["total"] + (p.margin - 1) * (b["grads"] + b["activations"])) / 1e9
+        room = p.hbm_bytes / 1e9 - need
+        assert text.startswith(f"optimistic MFU {p.mfu:.1%}\nwith margin {need:.1f} GB, ")
+        assert text.endswith(f"{room:.1f} GB left" if room >= 0 else f"{-room:.1f} GB over")
+    assert "GB left" in texts[-1]
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)

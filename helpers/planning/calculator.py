@@ -37,9 +37,21 @@ def _label(p: Plan) -> str:
     return label + (f", remat {p.remat}" if p.remat != "none" else "")
 
 
+def _fit_text(p: Plan) -> str:
+    """The text right of a plan's bar: its optimistic MFU, and its GB with the margin against
+    the HBM (the room left, or the excess), where the whisker's end is too near the HBM line
+    to read."""
+    extra = (p.margin - 1) * (p.per_device_bytes["grads"] + p.per_device_bytes["activations"])
+    need = (p.per_device_bytes["total"] + extra) / 1e9
+    room = p.hbm_bytes / 1e9 - need
+    left = f"{room:.1f} GB left" if room >= 0 else f"{-room:.1f} GB over"
+    return f"optimistic MFU {p.mfu:.1%}\nwith margin {need:.1f} GB, {left}"
+
+
 def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
     """Stacked horizontal bars of each plan's bytes per device (GB), and the HBM line;
-    each plan's optimistic MFU is written right of the axes, level with its bar.
+    each plan's optimistic MFU and its GB with the margin (and the room that leaves in HBM)
+    are written right of the axes, level with its bar.
 
     Raises:
       ValueError: ``plans`` is empty or holds something that is not a ``Plan``.
@@ -49,7 +61,7 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
         raise ValueError(
             "draw_plans: plans must be a non-empty sequence of helpers.planning.plan.Plan."
         )
-    fig, ax = plt.subplots(figsize=(8, 0.55 * len(plans) + 2.0), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9, 0.7 * len(plans) + 2.0), layout="constrained")
     drawn = [part for part in PARTS if any(p.per_device_bytes[part] > 0 for p in plans)]
     for row, p in enumerate(plans):
         left = 0.0
@@ -64,8 +76,8 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
         total = p.per_device_bytes["total"] / 1e9
         ax.plot([total, total + extra / 1e9], [row, row], color="black", linewidth=1,
                 label="margin" if row == 0 else None)  # fmt: skip
-    for row, p in enumerate(plans):  # each plan's optimistic MFU, right of the axes
-        ax.annotate(f"optimistic MFU {p.mfu:.1%}", (1.0, row), xytext=(6, 0), fontsize=9,
+    for row, p in enumerate(plans):  # each plan's MFU and fit with the margin, right of the axes
+        ax.annotate(_fit_text(p), (1.0, row), xytext=(6, 0), fontsize=9,
                     xycoords=ax.get_yaxis_transform(), textcoords="offset points",
                     ha="left", va="center", annotation_clip=False)  # fmt: skip
     ax.set_yticks(range(len(plans)), [_label(p) for p in plans])
