@@ -137,7 +137,7 @@ def test_model_states_stack_each_plan_with_its_total_above():
         assert tops == pytest.approx([120.0, 1.875])
         assert [t.get_text() for t in ax.texts] == ["120 GB", "1.88 GB"]
         legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        assert legend == ["parameters", "gradients", "optimizer state"]
+        assert legend == ["optimizer state", "gradients", "parameters"]  # as stacked, top first
     finally:
         plt.close(fig)
 

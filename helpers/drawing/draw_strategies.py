@@ -272,7 +272,8 @@ def plot_model_states(
         fig, ax = plt.subplots(figsize=(width, 3.8), layout="constrained")
     _state_bars(ax, plans, list(plans), scale, unit)
     ax.set_ylabel(f"{unit} per device", fontsize=10)
-    ax.legend(fontsize=9, frameon=False, loc="upper right")
+    handles, labels = ax.get_legend_handles_labels()  # listed top to bottom, as stacked
+    ax.legend(handles[::-1], labels[::-1], fontsize=9, frameon=False, loc="upper right")
     if zoom:
         _state_bars(zax, plans, list(zoom), scale, unit)
         zax.set_xticks(
