@@ -7,7 +7,8 @@ machine (issue 25): XLA:CPU's in-process rendezvous kills the process (SIGABRT,
 minute after the others. ``use_simulated_devices`` now gives XLA:CPU ten minutes
 (``helpers.compat.CPU_COLLECTIVE_FLAGS``). Each run has a timeout, so a real deadlock fails
 its test in minutes instead of stalling the suite. CI runs this file in every matrix entry,
-under ``-n auto`` like the rest.
+under ``-n auto`` like the rest
+(the newest entry at 1, 3 and 8 devices only).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from children import run_jax_child
 from helpers.compat import CPU_COLLECTIVE_FLAGS, avx512_deadlock_risk
 
 ROOT = Path(__file__).resolve().parents[1]
+# .ci/run's newest entry names fewer counts (EVERY_COUNT="1 3 8"), to keep CI under 45 minutes:
+# the aborts of issue 25 were jax 0.8.0's (the oldest entry, which runs every count, as pinned).
+COUNTS = [int(c) for c in os.environ.get("EVERY_COUNT", "1 2 3 4 5 6 7 8").split()]
 
 
-@pytest.mark.parametrize("count", range(1, 9))
+@pytest.mark.parametrize("count", COUNTS)
 def test_dp_and_fsdp_transformer_steps_run_at_every_count(count, tmp_path):
     out = tmp_path / "report.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
