@@ -240,8 +240,9 @@ def plot_projection(
     visible; cases whose lines coincide everywhere share one (``a = b``). A link is a
     bandwidth (bytes/s one way, no latency) or a ``cost_model.Network``. The thick grey
     line is compute alone (the thin dotted one, with remat's recompute). A dotted vertical
-    line marks each distinct knee on the first link, and ``scaling_book`` (tokens) draws
-    the scaling book's C/W, each named in the legend with its value. The curves leave out
+    line marks each distinct knee on each link (its legend entry names the link), and
+    ``scaling_book`` (tokens) draws the scaling book's C/W, each named in the legend with
+    its value. The curves leave out
     the optimizer step, which the title says; the y-range is the curves' own; the legend
     sits below the axes.
     """
@@ -277,8 +278,8 @@ def plot_projection(
                 label=f"{' = '.join(labels)}, {bw_name}",
             )  # fmt: skip
             drawn.append(y)
-        if i == 0:
-            marks = _knee_marks(cfg, curves, n_devices, flops_per_s, bw, bytes_per_param, colours)
+        knees = _knee_marks(cfg, curves, n_devices, flops_per_s, bw, bytes_per_param, colours)
+        marks.extend((k, f"{label}, {bw_name}", colour) for k, label, colour in knees)
     if scaling_book is not None:
         marks.append((scaling_book, "scaling book C/W", "k"))
     _draw_marks(ax, marks)
