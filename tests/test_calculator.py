@@ -93,6 +93,9 @@ def test_the_lines_are_optimistic_equals_achieved_and_the_band() -> None:
     (x1, y1), (x2, y2) = (line.get_xydata().T for line in ax.lines[:2])
     assert list(x1) == list(y1)
     assert list(y2) == pytest.approx([1.6 * x for x in x2])
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    # issue 53: both markers are read against the solid line, so it names neither alone
+    assert labels[:2] == ["estimate = achieved", "optimistic = 1.6 x achieved"]
     plt.close(fig)
 
 

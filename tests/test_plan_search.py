@@ -10,7 +10,13 @@ import pytest
 from helpers.planning.hardware import HARDWARE
 from helpers.planning.layout import PlanError
 from helpers.planning.models import NAMED_MODELS
-from helpers.planning.search import default_global_batch, format_search, search_layouts
+from helpers.planning.plan import plan_model
+from helpers.planning.search import (
+    _headroom,
+    default_global_batch,
+    format_search,
+    search_layouts,
+)
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +96,25 @@ def test_the_table_says_what_it_leaves_out_and_explains_only_what_it_shows(ranki
     assert not uses_3k  # the default 70B ranking keeps no gathered weights: no legend line
     total = result.plans[0].per_device_bytes["total"] / 1e9
     assert f"{total:.1f}" in lines[2]  # the column is the count, without the margin
+
+
+def test_a_tie_in_mfu_goes_to_the_setting_with_more_headroom(ranking) -> None:
+    """Issue 53: ZeRO-1 and ZeRO-2 give the same optimistic MFU when their data-parallel
+    traffic hides; the search used to keep the first it planned (ZeRO-1, 1.1 GB left on the
+    fourth layout) and now keeps the one with more room (ZeRO-2, 19.2 GB left)."""
+    result, _ = ranking
+    fourth = next(
+        p for p in result.plans if p.degrees == {"pp": 2, "dp": 8, "ep": 1, "cp": 1, "tp": 4}
+    )
+    settings = dict(
+        micro_batch=fourth.micro_batch, remat=fourth.remat, global_batch=256,
+        virtual_stages=fourth.options["virtual_stages"], **fourth.degrees,
+    )  # fmt: skip
+    zero1, zero2 = (plan_model("llama3-70b", "h100", zero=z, **settings) for z in (1, 2))
+    assert zero1.fits and zero2.fits and zero1.mfu == pytest.approx(zero2.mfu, rel=1e-12)
+    assert _headroom(zero2) > _headroom(zero1) + 10e9
+    assert fourth.zero == 2 and _headroom(fourth) == pytest.approx(_headroom(zero2))
+    mfus = [p.mfu for p in result.plans]
+    for a, b in zip(result.plans, result.plans[1:], strict=False):
+        assert a.mfu > b.mfu or _headroom(a) >= _headroom(b)
+    assert mfus == sorted(mfus, reverse=True)

@@ -149,8 +149,8 @@ def _place_labels(fig: Figure, ax: Axes, points: list[tuple[str, float, float]],
 def draw_published_runs(rows: Sequence[dict[str, Any]], band: float = 1.6) -> Figure:
     """The planner against published runs: for each run that trained, its optimistic MFU
     (filled; ``helpers.planning.estimate``) and its expected MFU fitted without it (hollow)
-    against the MFU it achieved, with the lines optimistic = achieved and optimistic =
-    ``band`` x achieved; each run numbered as in ``rows``
+    against the MFU it achieved, with the lines estimate = achieved (read for both markers)
+    and optimistic = ``band`` x achieved; each run numbered as in ``rows``
     (``helpers.planning.calibration.runs_table()``), named in a key below, the runs that did
     not fit listed there in red with the planner's verdict. Labels are 9 pt and never overlap.
 
@@ -217,7 +217,7 @@ def _draw_runs(ax: Axes, trained: list[dict[str, Any]], band: float) -> None:
     ax.set_ylabel("MFU the planner gives", fontsize=10)
     ax.tick_params(labelsize=9)
     handles = [
-        Line2D([], [], color="0.3", lw=1, label="optimistic = achieved"),
+        Line2D([], [], color="0.3", lw=1, label="estimate = achieved"),
         Line2D([], [], color="0.3", lw=1, ls="--", label=f"optimistic = {band:g} x achieved"),
         Line2D([], [], marker="o", color="0.4", ls="", label="optimistic MFU"),
         Line2D([], [], marker="o", mfc="white", color="0.4", ls="",

@@ -176,10 +176,11 @@ _SERIES_GPU = {
 #: ``profile-transformer``, one TPU v5e chip, 2026-12-06, jax 0.10.2; notebook 04's Going
 #: deeper prints it). The "peak" is what the compiler laid out for it, ``memory_analysis()``'s
 #: arguments + temporaries, 15,772,161,024 bytes, under the chip's 16,911,433,728; it is not
-#: a measured allocator peak (the one recorded beside it, 7,339,773,440 bytes, is below the
-#: arguments alone, so it is not used). The program holds 12 bytes per parameter in its
-#: arguments (f32 parameters and Adam), where the planner's "mixed" counts 14 (bf16
-#: parameters, f32 master and Adam): part of the ratio below 1 is that difference.
+#: a measured allocator peak (the one recorded beside it, 7,339,773,440 bytes, is only 34 MB
+#: above the arguments alone and far below arguments + temporaries, so it is not used). The
+#: program holds 12 bytes per parameter in its arguments (f32 parameters and Adam), where
+#: the planner's "mixed" counts 14 (bf16 parameters, f32 master and Adam): part of the ratio
+#: below 1 is that difference.
 _CHIP_V5E = PeakPoint(
     key="tpu-v5e-chip-series-gpu-dp",
     name="notebook 08's Transformer (gpu preset), DP on one TPU v5e chip (ran)",

@@ -1,7 +1,8 @@
 """Search the layouts of a GPU count: every degree of tp, pp, cp, ep and dp that the model
 allows, each with every ZeRO stage, micro-batch and recompute setting, at one global batch;
 keep the best setting of each layout that fits (with the margin), rank them by optimistic MFU
-(``helpers.planning.estimate``).
+(``helpers.planning.estimate``). Ties in optimistic MFU go to the plan with more headroom (HBM
+left with the margin), within a layout as across layouts: ZeRO-2 over ZeRO-1 when both hide.
 
 Each layout appears once in the ranking (its best settings), so that a top list shows
 different ways to cut the model, not one way with five ZeRO stages.
@@ -93,19 +94,34 @@ def search_layouts(
                 refused += 1
                 continue
             key = tuple(deg[a] for a in ("pp", "dp", "ep", "cp", "tp"))
-            if plan.fits and (key not in best or plan.mfu > best[key].mfu):
+            if plan.fits and (key not in best or _better(plan, best[key])):
                 best[key] = plan
     if not best:
         raise PlanError(
             f"--search: no layout of {gpus} x {hardware.name} fits {model.name} at "
             f"{batch} sequences of {seq} (with the margin); try more --gpus."
         )
-    ranked = sorted(best.values(), key=lambda p: (-p.mfu, p.per_device_bytes["total"]))[:top]
+    ranked = sorted(best.values(), key=lambda p: (-p.mfu, -_headroom(p)))[:top]
     cal = default_calibration()
     for p in ranked:
         if cal is not None:
             p.mfu_expected, p.mfu_error = p.mfu * cal.factor, cal.error
     return SearchResult(ranked, planned, refused, batch)
+
+
+def _headroom(plan: Plan) -> float:
+    """The bytes of HBM a plan leaves free once its gradients and activations are scaled by
+    its margin (negative: over)."""
+    b = plan.per_device_bytes
+    return plan.hbm_bytes - b["total"] - (plan.margin - 1) * (b["grads"] + b["activations"])
+
+
+def _better(plan: Plan, kept: Plan) -> bool:
+    """A faster plan wins; at the same optimistic MFU (within one part in 10^9, as ZeRO-1 and
+    ZeRO-2 tie when their data-parallel traffic hides), the one with more headroom."""
+    if math.isclose(plan.mfu, kept.mfu, rel_tol=1e-9):
+        return _headroom(plan) > _headroom(kept)
+    return plan.mfu > kept.mfu
 
 
 def _settings(
