@@ -684,6 +684,11 @@ def test_strategy_guide_names_every_strategy_and_question():
     assert any(t.startswith("no: 16·P / N alone") for t in labels)
     assert not any("16·P / N" in t and "too big to" in t for t in labels)
     assert any("more devices" in t and "CPU memory" in t for t in labels)
+    # DP's all-reduce has FSDP's knee too; a state that does not fit can shrink per parameter
+    dp = next(t for t in labels if t.startswith("DP\n"))
+    assert "tokens per device > FLOP/s ÷ link bandwidth" in dp
+    remedy = next(t for t in labels if "CPU memory" in t)
+    assert "Adam in 8 bits" in remedy and "Adafactor" in remedy
     # the knee is stated for bf16 on the wire, across nodes with the scaling book's 8 NICs
     assert "bf16 on the wire" in texts and "2,500 across DGX H100 nodes" in texts
     assert "9×" not in texts

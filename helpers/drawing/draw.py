@@ -1717,9 +1717,10 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
         "(4 params + 4 grads + 8 Adam m, v), plus activations (they grow with batch × sequence)",
         question)  # fmt: skip
     box((6.5, 6.45), "Does it all fit in ONE device's memory?", question, 11.5, "bold")
-    box((2.5, 4.45), "DP\nreplicate the parameters, split the batch\n"
-        "sends 2·(N−1)/N × the parameter bytes per step\n(one all-reduce)\nsimplest: the reference to check others against",
-        answer("#cfe8cf"))  # fmt: skip
+    box((2.5, 4.2), "DP\nreplicate the parameters, split the batch\n"
+        "sends 2·(N−1)/N × the parameter bytes per step\n(one all-reduce)\nsimplest: the reference to check others against\n"
+        "compute hides the all-reduce only while\ntokens per device > FLOP/s ÷ link bandwidth\n"
+        "(the same knee as FSDP's, below)", answer("#cfe8cf"))  # fmt: skip
     box(
         (9.4, 4.65),
         "Does it fit split N ways?\n16·P / N + one gathered layer + activations\n(FSDP that frees each layer after use)",
@@ -1741,8 +1742,9 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     arrow((5.2, 6.18), (3.1, 5.02), "yes", (3.9, 5.8))
     arrow((7.8, 6.18), (8.9, 5.02), "no", (8.65, 5.75))
     arrow((8.7, 4.28), (7.9, 3.18), "yes", (8.05, 3.8))
-    box((11.75, 6.45), "more devices, or\noffload the state\nto CPU memory", answer("#eeeeee"), 10)
-    arrow((10.3, 5.1), (11.4, 5.95), "no: 16·P / N alone\ndoes not fit", (10.15, 5.8))
+    box((11.6, 6.5), "fewer bytes per parameter:\nAdam in 8 bits, or Adafactor;\n"
+        "more devices; or offload\nthe state to CPU memory", answer("#eeeeee"), 10)  # fmt: skip
+    arrow((10.3, 5.1), (11.2, 5.8), "no: 16·P / N alone\ndoes not fit", (10.0, 5.7))
     arrow((10.4, 4.28), (11.0, 1.45), "no: one layer\nis too big to\ngather whole", (11.85, 3.0))
     arrow((6.1, 2.42), (4.6, 1.45), "yes", (5.1, 2.05))
     arrow((8.1, 2.42), (9.4, 1.45), "no", (9.0, 2.05))
