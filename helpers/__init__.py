@@ -57,6 +57,7 @@ _LAZY_MODULES = {
         "profiler_trace",
         "pvary",
         "quiet_libtpu_without_tpu",
+        "saved_residuals",
         "set_mesh",
     ),
     "helpers.drawing.draw": (
@@ -78,6 +79,7 @@ _LAZY_MODULES = {
     "helpers.drawing.draw_strategies": (
         "plot_live_memory",
         "plot_memory_vs_traffic",
+        "plot_activation_terms",
         "plot_model_states",
     ),
     "helpers.lesson": (
@@ -458,7 +460,7 @@ _LAZY_MODULES = {
         "runtime_of",
     ),
     "helpers.planning.peaks": (
-        "MEASURED_PEAKS",
+        "PEAK_POINTS",
         "PeakPoint",
         "REPORTED_OUTCOMES",
     ),
@@ -763,6 +765,7 @@ __all__ = [
     # drawing/draw_strategies
     "plot_live_memory",
     "plot_memory_vs_traffic",
+    "plot_activation_terms",
     "plot_model_states",
     # cluster/checkpoint
     "PausedSaves",
@@ -875,7 +878,7 @@ __all__ = [
     "point_model",
     "point_ratio",
     "runtime_of",
-    "MEASURED_PEAKS",
+    "PEAK_POINTS",
     "PeakPoint",
     "REPORTED_OUTCOMES",
     "tensors_per_layer",
@@ -927,6 +930,7 @@ __all__ = [
     "profiler_trace",
     "pvary",
     "quiet_libtpu_without_tpu",
+    "saved_residuals",
     "set_mesh",
     # lesson.py
     "CaughtError",

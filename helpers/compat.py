@@ -66,6 +66,7 @@ __all__ = [
     "cost_flops",
     "profiler_trace",
     "pvary",
+    "saved_residuals",
     "is_nnx_variable",
     "nnx_sharding_names",
     "set_mesh",
@@ -425,6 +426,24 @@ def pvary(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     if pcast is not None:
         return pcast(x, axis_name, to="varying")
     return jax.lax.pvary(x, axis_name)  # pragma: no cover - older jax
+
+
+def saved_residuals(fn: Any, *args: Any) -> list[tuple[jax.ShapeDtypeStruct, str]]:
+    """What ``jax.vjp(fn, *args)`` keeps for the backward pass: one ``(shape and dtype,
+    where it comes from)`` per residual, in the words of
+    ``jax.ad_checkpoint.print_saved_residuals`` ("from the argument x", "named 'q' from
+    ...", "output of exp from ..."). Under ``jax.checkpoint`` its policy decides the list;
+    see https://docs.jax.dev/en/latest/gradient-checkpointing.html.
+
+    jax 0.8-0.12 print the list publicly (``print_saved_residuals``) and return it only from
+    the private ``jax._src.ad_checkpoint.saved_residuals``, read here.
+    """
+    from jax._src import ad_checkpoint
+
+    return [
+        (jax.ShapeDtypeStruct(aval.shape, aval.dtype), str(why))
+        for aval, why in ad_checkpoint.saved_residuals(fn, *args)
+    ]
 
 
 # The private names gloo_on_loopback uses: (module, attribute path).

@@ -179,3 +179,47 @@ def test_model_states_plot_names_the_bad_parameter(plans, kwargs, match):
 
     with pytest.raises(ValueError, match=match):
         plot_model_states(plans, **kwargs)
+
+
+def test_activation_terms_stack_each_term_in_one_color_with_the_total_above():
+    from helpers import NAMED_MODELS, activation_terms, plot_activation_terms
+
+    llama = NAMED_MODELS["llama3-8b"]
+    bars = {r: activation_terms(llama, remat=r) for r in ("none", "op", "full")}
+    fig = plot_activation_terms(bars, title="t")
+    try:
+        (ax,) = fig.axes
+        terms = list(dict.fromkeys(k for t in bars.values() for k in t))
+        assert len(ax.patches) == 3 * len(terms)  # every term in every bar, 0 where absent
+        tops = [
+            max(b.get_y() + b.get_height() for b in ax.patches if abs(b.get_x() + 0.3 - i) < 1e-9)
+            for i in range(3)
+        ]
+        assert tops == pytest.approx([sum(t.values()) / 1e3 for t in bars.values()])
+        assert [t.get_text() for t in ax.texts] == [f"{x:.3g}" for x in tops]
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend == terms[::-1]  # each term once, top of the stack first
+        colors = {}
+        for b, term in zip(ax.patches, [t for t in terms for _ in range(3)], strict=True):
+            assert colors.setdefault(term, b.get_facecolor()) == b.get_facecolor()
+        assert len(set(colors.values())) == len(terms)
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    ("bars", "kwargs", "match"),
+    [
+        ({}, {}, "bars must be a non-empty mapping"),
+        ([("none", {"x": 1.0})], {}, "bars must be a non-empty mapping"),
+        ({"none": {}}, {}, r"bars\['none'\] must map"),
+        ({"none": {"x": -1.0}}, {}, r"bars\['none'\] must map .* non-negative"),
+        ({"none": {"x": "1"}}, {}, r"bars\['none'\] must map"),
+        ({"none": {"x": 1.0}}, {"scale": 0}, "scale must be"),
+    ],
+)
+def test_activation_terms_plot_names_the_bad_parameter(bars, kwargs, match):
+    from helpers import plot_activation_terms
+
+    with pytest.raises(ValueError, match=match):
+        plot_activation_terms(bars, **kwargs)

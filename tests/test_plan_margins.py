@@ -25,11 +25,11 @@ from helpers.planning.margins import (
     point_ratio,
 )
 from helpers.planning.models import NAMED_MODELS, spec_of_series_model
-from helpers.planning.peaks import MEASURED_PEAKS, REPORTED_OUTCOMES
+from helpers.planning.peaks import PEAK_POINTS, REPORTED_OUTCOMES
 from helpers.planning.plan import format_plan, plan_model
 
 ROOT = Path(__file__).resolve().parent.parent
-POINTS = {p.key: p for p in MEASURED_PEAKS}
+POINTS = {p.key: p for p in PEAK_POINTS}
 
 
 @pytest.mark.parametrize("key", sorted(POINTS))
@@ -46,7 +46,7 @@ def test_the_tpu_points_are_the_recorded_compiles_of_the_recorded_model() -> Non
     temporaries per chip), and their model is ``spec_of_series_model`` of the config that
     ``.ci/record_tpu_programs.py`` compiled."""
     recorded = json.loads((ROOT / "helpers/measuring/tpu_programs.json").read_text())["programs"]
-    tpu = [p for p in MEASURED_PEAKS if "tpu_programs.json" in p.source]
+    tpu = [p for p in PEAK_POINTS if "tpu_programs.json" in p.source]
     assert len(tpu) == 3
     sys.path.insert(0, str(ROOT / ".ci"))
     try:
@@ -94,7 +94,7 @@ def test_the_chip_point_is_the_committed_measurement() -> None:
     ref = json.loads((ROOT / "helpers/measuring/reference_tpu_v5e.json").read_text())
     (run,) = ref["profiles"]["transformer"]["results"]
     cfg = ref["profiles"]["transformer"]["config"]
-    (p,) = [p for p in MEASURED_PEAKS if p.key == "tpu-v5e-chip-series-gpu-dp"]
+    (p,) = [p for p in PEAK_POINTS if p.key == "tpu-v5e-chip-series-gpu-dp"]
     assert p.peak_bytes == run["step_memory"]["argument"] + run["step_memory"]["temp"]
     spec = point_model(p)
     assert (spec.hidden, spec.n_layers, spec.ffn, spec.vocab) == (

@@ -50,3 +50,24 @@ def test_backend_configs_finds_one_entry_per_all_reduce(ops):
         if op.startswith("all-reduce"):
             want.append('{"x":1}' if has_config else "none")
     assert backend_configs("\n".join(lines)) == want
+
+
+@settings(max_examples=10)
+@given(st.sampled_from([1, 3, 8]), st.sampled_from([2, 5]))
+def test_saved_residuals_follows_the_checkpoint_policy(rows, cols):
+    from jax.ad_checkpoint import checkpoint_name
+
+    def f(w, x):  # two matmuls with a tanh between: the backward reads h's tanh
+        return (jnp.tanh(checkpoint_name(x @ w, "h")) @ w).sum()
+
+    w, x = jnp.ones((cols, cols)), jnp.ones((rows, cols))
+
+    def kept(fn):  # the residuals that are not the arguments, by shape (their labels vary)
+        got = compat.saved_residuals(fn, w, x)
+        assert all(isinstance(a, jax.ShapeDtypeStruct) and isinstance(why, str) for a, why in got)
+        return [a.shape for a, why in got if "argument" not in why]
+
+    assert kept(f) and all(shape == (rows, cols) for shape in kept(f))
+    policies = jax.checkpoint_policies
+    assert kept(jax.checkpoint(f, policy=policies.save_only_these_names("h"))) == [(rows, cols)]
+    assert kept(jax.checkpoint(f, policy=policies.nothing_saveable)) == []

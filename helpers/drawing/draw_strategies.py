@@ -6,7 +6,8 @@ state the fullest device holds (y) against how many bytes each device sends per 
 instruction, for a few programs side by side (``helpers.measuring.measure.live_memory``).
 Notebook 03 draws both. ``plot_model_states`` stacks a plan's model states per device
 (parameters, gradients, optimizer state) in one bar per plan: notebook 13a draws the ZeRO
-stages with it. matplotlib is imported inside the functions, so importing this module
+stages with it, and ``plot_activation_terms`` stacks one layer's activations per token, term
+by term (``helpers.activation_terms``), in one bar per recompute choice. matplotlib is imported inside the functions, so importing this module
 does not need it.
 """
 
@@ -307,3 +308,68 @@ def _state_bars(
         )
     ax.set_ylim(0, top * 1.15 if top > 0 else 1)
     ax.tick_params(labelsize=9.5)
+
+
+def plot_activation_terms(
+    bars: Mapping[str, Mapping[str, float]],
+    *,
+    title: str | None = None,
+    scale: float = 1e3,
+    unit: str = "kB",
+) -> Any:
+    """One bar per entry of ``bars``: the bytes one layer keeps per token for its backward
+    pass, term by term, stacked, with the total written above the bar.
+
+    ``bars`` maps a bar's label (a recompute choice, a tensor-parallel degree) to the terms of
+    ``helpers.activation_terms``: a term's name to its bytes per token. A term keeps its
+    color in every bar; the legend, right of the axes, lists every term once, in the order
+    the bars first hold them. The y axis is in ``unit`` (``scale`` bytes each; 10^3 bytes,
+    "kB", by default). Returns the Figure.
+    """
+    if not isinstance(bars, Mapping) or not bars:
+        raise ValueError(
+            "plot_activation_terms: bars must be a non-empty mapping of a label to the terms "
+            f"of helpers.activation_terms (a term's name to its bytes per token), got {bars!r}."
+        )
+    for name, terms in bars.items():
+        if (
+            not isinstance(terms, Mapping)
+            or not terms
+            or not all(
+                isinstance(k, str) and isinstance(v, int | float) and v >= 0
+                for k, v in terms.items()
+            )
+        ):
+            raise ValueError(
+                f"plot_activation_terms: bars[{name!r}] must map each term's name to its "
+                f"non-negative bytes per token, got {terms!r}."
+            )
+    if not (isinstance(scale, int | float) and scale > 0):
+        raise ValueError(
+            f"plot_activation_terms: scale must be a positive number of bytes, got {scale!r}."
+        )
+    import matplotlib.pyplot as plt
+
+    order = list(dict.fromkeys(k for terms in bars.values() for k in terms))
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(2.0 + 0.95 * len(bars) + 3.6, 4.2), layout="constrained")
+    names, bottoms = list(bars), [0.0] * len(bars)
+    for i, term in enumerate(order):
+        heights = [bars[n].get(term, 0.0) / scale for n in names]
+        ax.bar(range(len(names)), heights, bottom=bottoms, width=0.6, color=cmap(i % 20),
+               label=term)  # fmt: skip
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    top = max(bottoms)
+    for i, total in enumerate(bottoms):
+        ax.text(i, total + top * 0.02, f"{total:.3g}", ha="center", va="bottom", fontsize=9)
+    ax.set_ylim(0, top * 1.12 if top > 0 else 1)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.tick_params(labelsize=9)
+    ax.set_ylabel(f"{unit} per token and layer", fontsize=10)
+    handles, labels = ax.get_legend_handles_labels()  # listed top to bottom, as stacked
+    ax.legend(handles[::-1], labels[::-1], fontsize=8.5, frameon=False, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))  # fmt: skip
+    if title:
+        ax.set_title(title, fontsize=11)
+    return fig

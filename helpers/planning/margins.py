@@ -35,7 +35,7 @@ from helpers.planning.estimate import ACTIVATION_MARGIN, Plan, estimate
 from helpers.planning.hardware import HARDWARE, Hardware
 from helpers.planning.layout import Layout
 from helpers.planning.models import ModelSpec, model_from_hf_config
-from helpers.planning.peaks import MEASURED_PEAKS, REPORTED_OUTCOMES
+from helpers.planning.peaks import PEAK_POINTS, REPORTED_OUTCOMES
 
 __all__ = [
     "Margin", "margin_for", "memory_calibration", "margin_table", "plan_point", "point_ratio",
@@ -105,7 +105,7 @@ def point_ratio(point: Any, plan: Plan | None = None) -> float:
 def memory_calibration() -> dict[tuple[str, int, str], tuple[tuple[str, float], ...]]:
     """Each class (runtime, ZeRO stage, remat) -> its points' (key, ratio)."""
     classes: dict[tuple[str, int, str], list[tuple[str, float]]] = {}
-    for point in MEASURED_PEAKS:
+    for point in PEAK_POINTS:
         key = (point.runtime, point.zero, point.remat)
         classes.setdefault(key, []).append((point.key, point_ratio(point)))
     return {k: tuple(v) for k, v in classes.items()}

@@ -1,4 +1,5 @@
-"""Measured peak memory per device: the points the planner's memory margin is calibrated on.
+"""Peak memory per device: the points the planner's memory margin is calibrated on
+(``PEAK_POINTS``), each reported by a run's authors, or computed by a compiler.
 
 Pure data, standard library only (as ``helpers.planning.runs``), so that the planner can read
 it in a bare Python or in Pyodide. ``helpers.planning.margins`` plans each point's layout
@@ -45,15 +46,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["REPORTED_OUTCOMES", "MEASURED_PEAKS", "PeakPoint"]
+__all__ = ["REPORTED_OUTCOMES", "PEAK_POINTS", "PeakPoint"]
 
 _GIB = 2**30
 
 
 @dataclass(frozen=True)
 class PeakPoint:
-    """One measured (or, in ``REPORTED_OUTCOMES``, reported) configuration; see the module
-    docstring.
+    """One configuration with its peak (in ``PEAK_POINTS``: reported by its authors, or
+    computed by the TPU compiler) or, in ``REPORTED_OUTCOMES``, only whether it fit; see the
+    module docstring.
 
     ``model`` is a Hugging Face ``config.json`` dict, or ``{"spec": {...}}``: the keyword
     arguments of a ``helpers.planning.models.ModelSpec``. ``peak_bytes`` is the published
@@ -194,7 +196,13 @@ _CHIP_V5E = PeakPoint(
     "Adam; no remat; the series' unfused attention; batch 8 x 1,024 tokens.",
 )  # fmt: skip
 
-MEASURED_PEAKS: tuple[PeakPoint, ...] = (
+#: The calibration points (``source`` says which kind each is): **reported**, the GPU
+#: points, peaks torchtitan's authors published for runs on H100s (measured by them, by the
+#: caching allocator); **compiled**, the TPU v5p points, ``memory_analysis()`` of programs
+#: the TPU compiler laid out for slices that no program ran on (computed, not measured); and
+#: **run on a chip**, ``_CHIP_V5E``, the same memory analysis of a step that did run on one
+#: TPU v5e chip (still the compiler's layout, not an allocator's measured peak).
+PEAK_POINTS: tuple[PeakPoint, ...] = (
     _titan(
         "torchtitan-llama3.1-8b-8-fsdp-op",
         "Llama 3.1 8B, 8 H100, FSDP, per-op AC (torchtitan)",
