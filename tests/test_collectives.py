@@ -194,6 +194,31 @@ def test_hlo_op_sequence_orders_dots_and_permutes(mesh):
         hlo_op_sequence("not HLO")
 
 
+# XLA:TPU's form of one matmul (libtpu 0.0.42.1, trimmed): a convolution inside a fusion.
+TPU_MATMUL_HLO = """HloModule jit_matmul, entry_computation_layout={(f32[4,32], f32[32,16])->f32[4,16]}
+
+%fused_computation (param_0: f32[4,32], param_1: f32[32,16]) -> f32[4,16] {
+  %param_0 = f32[4,32]{1,0:T(4,128)} parameter(0)
+  %param_1 = f32[32,16]{0,1:T(8,128)} parameter(1)
+  ROOT %convolution.1 = f32[4,16]{1,0:T(4,128)} convolution(%param_0, %param_1), dim_labels=bf_io->bf
+}
+
+ENTRY %main.4 (x_blk.1: f32[4,32], w_blk.1: f32[32,16]) -> f32[4,16] {
+  %x_blk.1 = f32[4,32]{1,0:T(4,128)} parameter(0)
+  %w_blk.1 = f32[32,16]{0,1:T(8,128)} parameter(1)
+  %cp = f32[32,16]{0,1:T(8,128)} collective-permute(%w_blk.1), source_target_pairs={{0,1},{1,0}}
+  %fusion = f32[4,16]{1,0:T(4,128)} fusion(%x_blk.1, %cp), kind=kOutput, calls=%fused_computation
+  ROOT %convolution.2 = f32[4,16]{1,0:T(4,128)} convolution(%x_blk.1, %w_blk.1), dim_labels=bf_io->bf
+}
+"""
+
+
+def test_hlo_op_sequence_counts_xla_tpus_convolution_as_a_matmul():
+    assert hlo_op_sequence(TPU_MATMUL_HLO) == ["collective-permute", "dot", "dot"]
+    assert hlo_op_sequence(TPU_MATMUL_HLO, include=()) == ["collective-permute"]
+    assert hlo_op_sequence(TPU_MATMUL_HLO, include=("convolution",)).count("convolution") == 2
+
+
 @pytest.mark.parametrize("bad", [3, None, ["HloModule"]])
 def test_hlo_op_sequence_refuses_a_wrong_type_naming_the_parameter(bad):
     with pytest.raises(

@@ -335,6 +335,9 @@ _SHOWN = {
     "all-gather-done",
     "collective-permute-done",
 }
+#: Other HLO ops counted as an op of ``include``: XLA:TPU writes a matmul (``dot_general``)
+#: as a ``convolution`` inside a fusion (seen in libtpu 0.0.42.1's programs).
+_SAME_AS = {"dot": ("convolution",)}
 
 
 def hlo_op_sequence(compiled: Any, include: Sequence[str] = ("dot",)) -> list[str]:
@@ -342,7 +345,8 @@ def hlo_op_sequence(compiled: Any, include: Sequence[str] = ("dot",)) -> list[st
     in the order of its (scheduled) HLO text.
 
     A fusion counts as ``"dot"`` when its fused computation holds one, as XLA's CPU backend
-    wraps every matmul in a fusion. Accepts the compiled object or its ``as_text()``.
+    wraps every matmul in a fusion; a ``convolution``, alone or fused, counts as ``"dot"``
+    too, as XLA:TPU writes a matmul as one. Accepts the compiled object or its ``as_text()``.
 
     Raises:
       TypeError: ``compiled`` is neither a string nor has ``as_text()`` (``jit(f).lower(...)
@@ -371,10 +375,15 @@ def hlo_op_sequence(compiled: Any, include: Sequence[str] = ("dot",)) -> list[st
         op = m.group(1)
         if op in _SHOWN or op in include:
             seq.append(op)
+            continue
+        as_op = [w for w in include if op in _SAME_AS.get(w, ())]
+        if as_op:
+            seq.append(as_op[0])
         elif op == "fusion":
             called = _CALLS.search(ln)
             for want in include:
-                if called and _calls_op(bodies, called.group(1), want):
+                names = (want, *_SAME_AS.get(want, ()))
+                if called and any(_calls_op(bodies, called.group(1), n) for n in names):
                     seq.append(want)
                     break
     return seq
