@@ -293,6 +293,13 @@ def test_draw_routing_bars_one_group_against_its_capacity():
         assert f"load:expert={e}:took={took}" in gids
         assert f"load:expert={e}:dropped={routed - took}" in gids
         assert took <= 5
+    bars = fig.axes[1]  # the tallest bar stops under the legend, with little room to spare
+    renderer = fig.canvas.get_renderer()
+    legend_bottom = bars.get_legend().get_window_extent(renderer).y0
+    tops = [p.get_window_extent(renderer).y1 for p in bars.patches if p.get_height() > 0]
+    tallest = max(int((np.asarray(r.expert) == e).sum()) for e in range(4))
+    assert max(tops) < legend_bottom
+    assert bars.get_ylim()[1] < 1.6 * max(tallest, 5)
     plt.close(fig)
     with pytest.raises(ValueError, match="capacity=0"):
         draw_routing(drawn.expert, drawn.kept, n_experts=4, n_devices=2, capacity=0)

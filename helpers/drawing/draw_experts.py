@@ -91,12 +91,23 @@ def _draw_load_bars(
     bars.yaxis.set_major_locator(MaxNLocator(integer=True))
     bars.set_xlabel("expert", fontsize=9)
     bars.set_ylabel("choices routed to it", fontsize=9)
-    bars.set_ylim(0, 1.6 * top)  # headroom for the legend
-    bars.legend(fontsize=9, frameon=False, loc="upper left", ncol=1)
+    legend = bars.legend(fontsize=9, frameon=False, loc="upper left", ncol=1)
+    bars.set_ylim(0, top / _below_legend(bars, legend))  # headroom for the legend, no more
     bars.set_title(f"load per expert, {what}:\n{int(dropped.sum())} of {kp.size} choices dropped",
                    fontsize=9.5)  # fmt: skip
     for spine in ("top", "right"):
         bars.spines[spine].set_visible(False)
+
+
+def _below_legend(ax: Axes, legend: Any) -> float:
+    """The height, as a fraction of ``ax``'s, under its legend (less a small gap): the tallest
+    bar may reach it without running into the legend. The legend sits in axes coordinates, so
+    changing the y limits afterwards does not move it. Without a renderer, 1/1.6."""
+    get_renderer = getattr(ax.figure.canvas, "get_renderer", None)
+    if get_renderer is None:
+        return 1 / 1.6
+    bottom = ax.transAxes.inverted().transform(legend.get_window_extent(get_renderer()))[0][1]
+    return float(np.clip(bottom - 0.04, 0.3, 0.95))
 
 
 def _device_key(ax: Axes, ty: np.ndarray, n_devices: int, unit_pt: float) -> None:
