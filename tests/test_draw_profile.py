@@ -91,13 +91,15 @@ def test_plot_projection_draws_the_cost_model_and_one_shared_knee():
     assert lines["fsdp (keeps gathers), NVLink"].get_ydata() == pytest.approx(step.step_s * 1e3)
     zero3 = cm.step_cost(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, tokens=tokens)
     assert lines["fsdp (ZeRO-3, frees), NVLink"].get_ydata() == pytest.approx(zero3.step_s * 1e3)
-    # Every knee of a link coincides: one dotted line for all of them on each link, named
-    # with the link and its value in the legend, and the scaling book's (no text over the
-    # curves).
+    # Every knee of a link coincides: one vertical line for all of them on each link, dotted
+    # on the first link and dashed on the second, named with the link and its value in the
+    # legend, and the scaling book's (no text over the curves).
     knee = cm.knee_tokens(cfg, "fsdp", 8, 989e12, cm.NVLINK4, 2, keep_gathered=True)
     pcie = cm.knee_tokens(cfg, "fsdp", 8, 989e12, cm.PCIE5_X16, 2, keep_gathered=True)
-    dotted = [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
-    assert dotted == pytest.approx([knee, pcie])
+    knees = [line for line in ax.get_lines() if line.get_label().startswith("knee")]
+    assert [line.get_xdata()[0] for line in knees] == pytest.approx([knee, pcie])
+    assert [line.get_linestyle() for line in knees] == [":", "--"]  # told apart by style
+    assert ax.get_legend().handlelength >= 4  # long enough to show a dashed line's dashes
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert f"knee of every case, NVLink: {knee:,.0f} tokens" in legend
     assert f"knee of every case, PCIe: {pcie:,.0f} tokens" in legend

@@ -181,13 +181,15 @@ def _distinct_curves(
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def _draw_marks(ax: Any, marks: list[tuple[float, str, str]]) -> None:
-    """A vertical line per mark (a knee, or the scaling book's C/W), named in the legend."""
-    for k, label, colour in marks:
-        book = label == "scaling book C/W"
-        ax.axvline(
-            k, color=colour, ls="-." if book else ":", lw=1.2, label=f"{label}: {k:,.0f} tokens"
-        )
+#: The knee lines' style on the first, second, ... link: the scaling book's C/W is "-.".
+_KNEE_STYLES: tuple[Any, ...] = (":", "--", (0, (4, 1.5, 1, 1.5, 1, 1.5)))
+
+
+def _draw_marks(ax: Any, marks: list[tuple[float, str, str, Any]]) -> None:
+    """A vertical line per mark (a knee, or the scaling book's C/W), named in the legend:
+    ``(tokens, label, colour, line style)``."""
+    for k, label, colour, ls in marks:
+        ax.axvline(k, color=colour, ls=ls, lw=1.2, label=f"{label}: {k:,.0f} tokens")
 
 
 def _knee_marks(
@@ -221,6 +223,11 @@ def _has_latency(bandwidths: Mapping[str, float | cm.Network]) -> bool:
     return any(isinstance(b, cm.Network) and any(b.latency) for b in bandwidths.values())
 
 
+#: Legend handle length (in font sizes) of ``plot_projection``: matplotlib's default, 2,
+#: is too short to tell a dashed line with markers from a solid one.
+_LEGEND_HANDLE_LENGTH = 5.0
+
+
 def plot_projection(
     cfg: cm.SizedModel,
     n_devices: int,
@@ -239,12 +246,14 @@ def plot_projection(
     never at the same point, so that lines that coincide over part of the range all stay
     visible; cases whose lines coincide everywhere share one (``a = b``). A link is a
     bandwidth (bytes/s one way, no latency) or a ``cost_model.Network``. The thick grey
-    line is compute alone (the thin dotted one, with remat's recompute). A dotted vertical
-    line marks each distinct knee on each link (its legend entry names the link), and
+    line is compute alone (the thin dotted one, with remat's recompute). A thin vertical line
+    marks each distinct knee on each link, dotted on the first link, dashed on the second
+    (its legend entry names the link), and
     ``scaling_book`` (tokens) draws the scaling book's C/W, each named in the legend with
     its value. The curves leave out
     the optimizer step, which the title says; the y-range is the curves' own; the legend
-    sits below the axes.
+    sits below the axes, its handles long enough (``_LEGEND_HANDLE_LENGTH``) to show each
+    line's dashes.
     """
     import matplotlib.pyplot as plt
 
@@ -263,7 +272,7 @@ def plot_projection(
         )  # fmt: skip
         drawn.append(remat_compute)
     colours = ["#4c72b0", "#dd8452", "#c44e52", "#8172b3", "#55a868"]
-    marks: list[tuple[float, str, str]] = []
+    marks: list[tuple[float, str, str, Any]] = []
     n_lines = len(cases) * len(bandwidths)
     for i, (bw_name, bw) in enumerate(bandwidths.items()):
         curves = _distinct_curves(cfg, cases, n_devices, flops_per_s, bw, bytes_per_param, tokens)
@@ -279,9 +288,10 @@ def plot_projection(
             )  # fmt: skip
             drawn.append(y)
         knees = _knee_marks(cfg, curves, n_devices, flops_per_s, bw, bytes_per_param, colours)
-        marks.extend((k, f"{label}, {bw_name}", colour) for k, label, colour in knees)
+        ls = _KNEE_STYLES[i % len(_KNEE_STYLES)]
+        marks.extend((k, f"{label}, {bw_name}", colour, ls) for k, label, colour in knees)
     if scaling_book is not None:
-        marks.append((scaling_book, "scaling book C/W", "k"))
+        marks.append((scaling_book, "scaling book C/W", "k", "-."))
     _draw_marks(ax, marks)
     # the y-range the curves take, and a little room: no empty band above or below them
     low, high = min(float(y.min()) for y in drawn), max(float(y.max()) for y in drawn)
@@ -297,7 +307,10 @@ def plot_projection(
         f"each phase overlapped, {latency}, no optimizer step",
     )
     ax.title.set_fontsize(10)
-    ax.legend(fontsize=_FONT, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2)
+    ax.legend(
+        fontsize=_FONT, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2,
+        handlelength=_LEGEND_HANDLE_LENGTH,
+    )  # fmt: skip
     ax.grid(True, which="both", alpha=0.2)
     return ax
 

@@ -26,9 +26,7 @@ An op is a *collective* if its HLO name starts with a collective's opcode (``all
 ``all-reduce``, ``reduce-scatter``, ``collective-permute``, ``all-to-all``; an async
 ``-start``/``-done`` pair too), or, on a TPU, if its HLO line calls one of XLA:TPU's
 collective computations (a reduce-scatter there is a fusion that calls
-``%all-reduce-scatter``), and *compute* otherwise. XLA:TPU also fuses an all-gather into
-the matmul that reads it (``async_collective_fusion``): the trace gives such a fusion one
-duration for both, and it counts as compute here. Exposed communication is the time
+``%all-reduce-scatter``), and *compute* otherwise. Exposed communication is the time
 in which some collective of a device runs and none of its compute does: the part of the
 communication that no compute hides.
 
