@@ -314,6 +314,20 @@ def test_uneven_and_interleaved_pipelines() -> None:
     assert inter.per_device_bytes["activations"] > flat.per_device_bytes["activations"]
 
 
+def test_every_stage_holds_each_of_its_virtual_stages() -> None:
+    """Issue 53 (13b review): 80 layers over 64 stages leave middle stages one layer, which
+    cannot be cut into 2 slices; the check used to compare v with the largest stage only."""
+    thirty_two = plan_model("llama3-70b", pp=32, grad_accum=32, virtual_stages=2)
+    assert min(thirty_two.options["pp_layers"]) == 2  # 80 over 32 stages: 2 or 3 layers each
+    with pytest.raises(PlanError, match="every stage must hold 2 slices"):
+        plan_model("llama3-70b", pp=64, grad_accum=64, virtual_stages=2)
+    with pytest.raises(PlanError, match="stage 1, which holds 1 layer"):
+        plan_model("llama3-70b", pp=4, grad_accum=4, pp_layers=(20, 1, 39, 20), virtual_stages=2)
+    # The end stages may give one slice to the embedding or the head alone (Llama 3's 7 + 1)
+    ends = plan_model("llama3-70b", pp=4, grad_accum=4, pp_layers=(1, 39, 39, 1), virtual_stages=2)
+    assert ends.options["virtual_stages"] == 2
+
+
 def test_recompute_trades_memory_for_time() -> None:
     kw = dict(tp=8, flash_attention=False, seq=4096)
     none, sel, full = (

@@ -224,9 +224,17 @@ def _check_pp(model: ModelSpec, layout: Layout) -> None:
                 f"{model.n_layers}, got {list(counts)}."
             )
     if v > 1:
-        if v > max(stage_layers(model, layout)):
+        # Each stage holds v slices of one layer or more, except that the first stage's first
+        # slice may hold the embedding alone and the last stage's last slice the head alone
+        # (Llama 3's balancing: arXiv:2407.21783, Section 3.3.2).
+        counts = stage_layers(model, layout)
+        room = [c + (i == 0) + (i == pp - 1) for i, c in enumerate(counts)]
+        if v > min(room):
+            i = room.index(min(room))
             raise PlanError(
-                f"--virtual-stages={v} is more than any stage's layers: nothing to interleave."
+                f"--virtual-stages={v} does not fit stage {i}, which holds {counts[i]} layer(s): "
+                f"every stage must hold {v} slices of layers (the first and last may have one "
+                "slice of only the embedding or the head)."
             )
         if layout.grad_accum % pp:
             raise PlanError(
