@@ -672,7 +672,7 @@ def test_strategy_guide_names_every_strategy_and_question():
         "FLOP/s ÷ link bandwidth",
     ):
         assert needle in texts
-    fsdp = next(t.get_text() for t in ax.texts if "ZeRO-3" in t.get_text())
+    fsdp = next(" ".join(t.get_text().split()) for t in ax.texts if "ZeRO-3" in t.get_text())
     # textbook FSDP frees and gathers again: 3 units; keeping every layer gathered: 2
     assert "sends 3·(N−1)/N" in fsdp and "2·(N−1)/N if it keeps every gathered layer" in fsdp
     assert len(ax.texts) >= 6 + 6  # six boxes, six labelled arrows at least
@@ -692,6 +692,17 @@ def test_strategy_guide_names_every_strategy_and_question():
     # the knee is stated for bf16 on the wire, across nodes with the scaling book's 8 NICs
     assert "bf16 on the wire" in texts and "2,500 across DGX H100 nodes" in texts
     assert "9×" not in texts
+    # below the knee across nodes, TP inside each node leaves FSDP's cross-node bytes as they
+    # were (the scaling book's GPU chapter, Pop Quiz 3); model parallelism spanning nodes cuts
+    # them, and the knee's "no" no longer leads to FSDP × TP
+    flat = [" ".join(t.split()) for t in labels]  # the words, however the lines wrap
+    knee = next(t for t in flat if t.startswith("Below the knee"))
+    assert "more tokens per device" in knee and "FSDP inside one node: TP" in knee
+    assert "spanning nodes" in knee and "TP inside each node does not" in knee
+    tp = next(t for t in flat if t.startswith("FSDP × TP"))
+    assert "across nodes" in tp and "leaves its cross-node bytes" in tp
+    assert "fewer, fatter shards" not in texts
+    assert sum(t == "no" for t in labels) == 2  # one device's memory, and the knee
     plt.close(ax.figure)
 
 

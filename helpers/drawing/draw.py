@@ -1692,6 +1692,22 @@ def _guide_arrow(
         )
 
 
+def _guide_below_the_knee(ax: Axes, xy: tuple[float, float]) -> None:
+    """The strategy guide's remedies for a step below the knee, a bulleted box at ``xy``.
+
+    A second mesh axis inside the node cuts FSDP's bytes on the node's links but not across
+    nodes; model parallelism spanning nodes cuts those (the scaling book's GPU chapter,
+    "Reductions when array is sharded over a separate axis" and its Pop Quiz 3,
+    https://jax-ml.github.io/scaling-book/gpus/).
+    """
+    ax.text(*xy, "Below the knee:\n• more tokens per device\n   (a larger batch)\n"
+            "• FSDP inside one node: TP on\n   a second axis in the node\n   cuts its bytes per device\n"
+            "• FSDP across nodes: model\n   parallelism spanning nodes\n   (TP, PP or EP) cuts its\n"
+            "   cross-node bytes; TP inside\n   each node does not",
+            ha="center", va="center", multialignment="left", fontsize=10,
+            bbox=_guide_answer("#eeeeee"))  # fmt: skip
+
+
 def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     """The chapter's missing summary picture: a flowchart from model size, device memory
     and interconnect to the sharding strategy to pick. Notebook 03b explains it."""
@@ -1730,13 +1746,15 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     )
     box((7.1, 2.8), "Tokens per device  >  FLOP/s ÷ link bandwidth?\n(bf16 on the wire: "
         "≈ 2,200 on H100 NVLink;\n≈ 2,500 across DGX H100 nodes, 8 NICs each)", question, 10.5)  # fmt: skip
-    box((3.4, 0.85), "FSDP (ZeRO-3) over 'data'\nshards params, grads and Adam state\n"
-        "sends 3·(N−1)/N × the parameter bytes per step: gathers\neach layer, frees it, gathers it again for the backward\n"
-        "(2·(N−1)/N if it keeps every gathered layer,\nbut then the whole model sits on each device)",
-        answer("#cfe0f5"))  # fmt: skip
-    box((10.2, 0.85), "FSDP × TP on a 2-D mesh\n'model' (TP) inside an NVLink node: its\n"
-        "activation all-reduces in every layer need fast links\n'data' across nodes, with fewer, fatter shards",
-        answer("#f7dcc4"))  # fmt: skip
+    box((6.2, 0.95), "FSDP (ZeRO-3) over 'data'\nshards params, grads and Adam state\n"
+        "sends 3·(N−1)/N × the parameter bytes\nper step: gathers each layer, frees it,\n"
+        "gathers it again for the backward\n(2·(N−1)/N if it keeps every gathered\n"
+        "layer, but then the whole model\nsits on each device)",
+        answer("#cfe0f5"), 10)  # fmt: skip
+    box((10.75, 0.95), "FSDP × TP on a 2-D mesh\n'model' (TP) inside an NVLink node:\n"
+        "its activation all-reduces in every\nlayer need fast links\n'data' (FSDP) across nodes: TP inside\n"
+        "a node leaves its cross-node bytes\nas they were", answer("#f7dcc4"), 10)  # fmt: skip
+    _guide_below_the_knee(ax, (1.95, 1.3))
 
     arrow((6.5, 7.42), (6.5, 6.72))
     arrow((5.2, 6.18), (3.1, 5.02), "yes", (3.9, 5.8))
@@ -1745,9 +1763,9 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     box((11.6, 6.5), "fewer bytes per parameter:\nAdam in 8 bits, or Adafactor;\n"
         "more devices; or offload\nthe state to CPU memory", answer("#eeeeee"), 10)  # fmt: skip
     arrow((10.3, 5.1), (11.2, 5.8), "no: 16·P / N alone\ndoes not fit", (10.0, 5.7))
-    arrow((10.4, 4.28), (11.0, 1.45), "no: one layer\nis too big to\ngather whole", (11.85, 3.0))
-    arrow((6.1, 2.42), (4.6, 1.45), "yes", (5.1, 2.05))
-    arrow((8.1, 2.42), (9.4, 1.45), "no", (9.0, 2.05))
+    arrow((10.4, 4.28), (10.9, 1.95), "no: one layer\nis too big to\ngather whole", (11.85, 3.0))
+    arrow((7.0, 2.42), (6.7, 2.05), "yes", (7.2, 2.2))
+    arrow((5.15, 2.7), (3.3, 2.25), "no", (4.2, 2.75))
     ax.set_title("Choosing a sharding strategy from model size, device memory and interconnect",
                  fontsize=13.5)  # fmt: skip
     return ax
