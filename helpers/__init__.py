@@ -93,6 +93,7 @@ _LAZY_MODULES = {
     ),
     "helpers.measuring.measure": (
         "CollectiveOp",
+        "LiveBuffer",
         "LiveMemory",
         "live_memory",
         "collective_line",
@@ -617,6 +618,7 @@ __all__ = [
     "zero_bubble_table",
     # measuring/measure
     "CollectiveOp",
+    "LiveBuffer",
     "LiveMemory",
     "live_memory",
     "collective_line",

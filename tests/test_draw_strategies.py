@@ -197,12 +197,44 @@ def test_activation_terms_stack_each_term_in_one_color_with_the_total_above():
         ]
         assert tops == pytest.approx([sum(t.values()) / 1e3 for t in bars.values()])
         assert [t.get_text() for t in ax.texts] == [f"{x:.3g}" for x in tops]
-        legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        assert legend == terms[::-1]  # each term once, top of the stack first
+        legend = ax.get_legend()
+        assert [t.get_text() for t in legend.get_texts()] == terms[::-1]  # top of stack first
+        assert all(t.get_fontsize() >= 9 for t in legend.get_texts())  # the house's 9 pt
+        assert all(t.get_fontsize() >= 9 for t in [*ax.texts, *ax.get_xticklabels()])
         colors = {}
         for b, term in zip(ax.patches, [t for t in terms for _ in range(3)], strict=True):
             assert colors.setdefault(term, b.get_facecolor()) == b.get_facecolor()
         assert len(set(colors.values())) == len(terms)
+        # no light/dark twin of one hue among the colours (tab20's pairs)
+        hues = [matplotlib.colors.rgb_to_hsv(c[:3]) for c in colors.values()]
+        for i, a in enumerate(hues):
+            for b in hues[i + 1 :]:
+                near = min(abs(a[0] - b[0]), 1 - abs(a[0] - b[0])) < 0.02
+                assert not (near and a[1] > 0.2 and b[1] > 0.2), (a, b)
+        # one layer input, one attention output: the planner names a tensor the same way
+        # under every recompute choice
+        assert sum("layer input" in t for t in terms) == 1
+        assert sum(t.startswith("attention output") for t in terms) == 1
+    finally:
+        plt.close(fig)
+
+
+def test_activation_terms_panels_have_their_own_axes():
+    from helpers import NAMED_MODELS, activation_terms, plot_activation_terms
+
+    llama = NAMED_MODELS["llama3-8b"]
+    bars = {
+        f"{r}\nt = {t}": activation_terms(llama, tp=t, sequence_parallel=t > 1, remat=r)
+        for t in (1, 8)
+        for r in ("none", "op")
+    }
+    fig = plot_activation_terms(bars, panels=[list(bars)[:2], list(bars)[2:]])
+    try:
+        left, right = fig.axes
+        assert [t.get_text() for t in left.get_xticklabels()] == list(bars)[:2]
+        assert [t.get_text() for t in right.get_xticklabels()] == list(bars)[2:]
+        assert right.get_ylim()[1] < left.get_ylim()[1] / 2  # the small bars, scaled up
+        assert left.get_legend() is None and right.get_legend() is not None
     finally:
         plt.close(fig)
 
@@ -216,6 +248,10 @@ def test_activation_terms_stack_each_term_in_one_color_with_the_total_above():
         ({"none": {"x": -1.0}}, {}, r"bars\['none'\] must map .* non-negative"),
         ({"none": {"x": "1"}}, {}, r"bars\['none'\] must map"),
         ({"none": {"x": 1.0}}, {"scale": 0}, "scale must be"),
+        ({"a": {"x": 1.0}}, {"panels": [["a"], ["b"]]}, "panels must be"),
+        ({"a": {"x": 1.0}, "b": {"x": 1.0}}, {"panels": [["a"]]}, "panels must be"),
+        ({"a": {"x": 1.0}}, {"panels": [[]]}, "panels must be"),
+        ({"a": {"x": 1.0}}, {"panels": "a"}, "panels must be"),
     ],
 )
 def test_activation_terms_plot_names_the_bad_parameter(bars, kwargs, match):

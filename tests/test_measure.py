@@ -302,6 +302,23 @@ def test_live_memory_replays_the_schedule():
     assert live.most["gathered parameters"] == 256
 
 
+def test_live_memory_itemises_the_peak():
+    """largest_at_peak lists the buffers alive at the peak, largest first, each with its
+    kind, shape and HLO op; together they are the peak, kind by kind."""
+    live = live_memory(HLO_LIVE)
+    alive = live.largest_at_peak(None)
+    assert sum(b.nbytes for b in alive) == live.peak
+    assert sorted((b.kind, b.op) for b in alive) == [
+        ("activations", "add"), ("gathered parameters", "all-gather"), ("gradients", "multiply"),
+    ]  # fmt: skip
+    assert all(b.dtype == "f32" and b.shape == (8, 8) for b in alive)
+    assert {b.op_name for b in alive if b.op == "add"} == {"jit(f)/jvp(M)/add"}
+    assert len(live.largest_at_peak(2)) == 2 and live.largest_at_peak() == alive
+    for bad in (0, -1, 1.5, True, "3"):
+        with pytest.raises(ValueError, match="n must be None or a positive integer"):
+            live.largest_at_peak(bad)
+
+
 def _mlp_step(mesh, **changes):
     import dataclasses
 
@@ -351,6 +368,10 @@ def test_live_memory_of_fsdp_kept_and_freed(mesh2d):
         assert live.temp == step_memory(compiled)["temp"]
         assert abs(live.peak - live.temp) <= 0.02 * live.temp
         assert all(sum(s.values()) == t for s, t in zip(live.steps, live.totals, strict=True))
+        alive = live.largest_at_peak(None)  # a loop body's buffers too, for the scanned step
+        assert sum(b.nbytes for b in alive) == live.peak
+        for kind, total in live.at_peak.items():
+            assert sum(b.nbytes for b in alive if b.kind == kind) == total
     kept_live, freed_live = live_memory(kept), live_memory(freed)
     assert kept_live.most["gathered parameters"] >= 8 * kernel  # 4 blocks x 2 kernels at once
     assert 2 * kernel <= freed_live.most["gathered parameters"] < 4 * kernel  # one block's

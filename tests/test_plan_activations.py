@@ -73,7 +73,9 @@ def test_the_tensor_by_tensor_count_reproduces_each_row_exactly(row: str) -> Non
 def test_the_itemised_list_is_section_4_1s() -> None:
     """34 sbh + 5 as^2 b, item by item (bytes per token and layer here: divide by sb)."""
     terms = activation_terms(gpt_layer(H, A), 1, False, seq=S)
-    assert terms["attention norm input"] == 2 * H and terms["MLP norm input"] == 2 * H
+    assert (
+        terms["layer input (attention norm's input)"] == 2 * H and terms["MLP norm input"] == 2 * H
+    )
     assert terms["q, k, v"] == 6 * H and terms["attention output (out-projection input)"] == 2 * H
     assert terms["MLP hidden (gate, up, product; or pre- and post-GELU)"] == 16 * H
     assert terms["attention dropout mask"] == terms["MLP dropout mask"] == H
@@ -100,7 +102,7 @@ def test_a_llama_layer_counts_grouped_queries_and_three_mlp_tensors() -> None:
     assert terms["q, k, v"] == 2 * (8 * 128 + 1 * 256)  # 64/8 query heads, 1 KV head
     assert terms["MLP hidden (gate, up, product; or pre- and post-GELU)"] == 2 * 3 * 28672 / 8
     assert "attention dropout mask" not in terms  # no dropout
-    assert terms["attention norm input"] == 2 * 8192 / 8  # sequence parallel
+    assert terms["layer input (attention norm's input)"] == 2 * 8192 / 8  # sequence parallel
 
 
 def test_405b_with_and_without_sequence_parallelism() -> None:

@@ -179,8 +179,8 @@ def test_torchtitans_op_policy_keeps_every_second_matmul_of_a_llama_block() -> N
     terms = activation_terms(NAMED_MODELS["llama3-8b"], remat="op")
     h, kv, ffn = 4096, 8 * 128, 14336
     assert terms == {
-        "layer input (the checkpoint's)": 2 * h, "q projection (1st matmul)": 2 * h,
-        "v projection (3rd matmul)": 2 * kv, "attention output": 2 * h,
+        "layer input (attention norm's input)": 2 * h, "q projection (1st matmul)": 2 * h,
+        "v projection (3rd matmul)": 2 * kv, "attention output (out-projection input)": 2 * h,
         "softmax log-sum-exp (flash, f32)": 4 * 32, "gate projection (5th matmul)": 2 * ffn,
         "down projection (7th matmul, before its reduction)": 2 * h,
     }  # fmt: skip

@@ -310,22 +310,16 @@ def _state_bars(
     ax.tick_params(labelsize=9.5)
 
 
-def plot_activation_terms(
-    bars: Mapping[str, Mapping[str, float]],
-    *,
-    title: str | None = None,
-    scale: float = 1e3,
-    unit: str = "kB",
-) -> Any:
-    """One bar per entry of ``bars``: the bytes one layer keeps per token for its backward
-    pass, term by term, stacked, with the total written above the bar.
+# Thirteen colours no two of which are a light/dark pair of one hue (tab20's pairs read as
+# one): tab10's first eight and its cyan, then navy, gold, mint and black.
+_TERM_COLORS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#17becf", "#000075", "#e6ab02", "#aaffc3", "#000000",
+)  # fmt: skip
 
-    ``bars`` maps a bar's label (a recompute choice, a tensor-parallel degree) to the terms of
-    ``helpers.activation_terms``: a term's name to its bytes per token. A term keeps its
-    color in every bar; the legend, right of the axes, lists every term once, in the order
-    the bars first hold them. The y axis is in ``unit`` (``scale`` bytes each; 10^3 bytes,
-    "kB", by default). Returns the Figure.
-    """
+
+def _check_activation_bars(bars: Any, scale: Any, panels: Any) -> list[list[str]]:
+    """``plot_activation_terms``'s arguments checked; its panels, each a list of labels."""
     if not isinstance(bars, Mapping) or not bars:
         raise ValueError(
             "plot_activation_terms: bars must be a non-empty mapping of a label to the terms "
@@ -348,15 +342,66 @@ def plot_activation_terms(
         raise ValueError(
             f"plot_activation_terms: scale must be a positive number of bytes, got {scale!r}."
         )
+    if panels is None:
+        return [list(bars)]
+    groups = [list(p) for p in panels] if isinstance(panels, list | tuple) else []
+    flat = [label for g in groups for label in g]
+    if not groups or not all(groups) or sorted(flat, key=str) != sorted(bars, key=str):
+        raise ValueError(
+            "plot_activation_terms: panels must be a list of non-empty lists of the labels of "
+            f"bars, each label in exactly one, got {panels!r}."
+        )
+    return groups
+
+
+def plot_activation_terms(
+    bars: Mapping[str, Mapping[str, float]],
+    *,
+    title: str | None = None,
+    scale: float = 1e3,
+    unit: str = "kB",
+    panels: Sequence[Sequence[str]] | None = None,
+) -> Any:
+    """One bar per entry of ``bars``: the bytes one layer keeps per token for its backward
+    pass, term by term, stacked, with the total written above the bar.
+
+    ``bars`` maps a bar's label (a recompute choice, a tensor-parallel degree) to the terms of
+    ``helpers.activation_terms``: a term's name to its bytes per token. A term keeps its
+    color in every bar; the legend, right of the axes, lists every term once, in the order
+    the bars first hold them. The y axis is in ``unit`` (``scale`` bytes each; 10^3 bytes,
+    "kB", by default). ``panels`` (default: one) lists the bars of each panel, left to right,
+    every label of ``bars`` in exactly one; each panel has a y axis of its own, so that small
+    bars stay readable beside large ones. Returns the Figure.
+    """
+    groups = _check_activation_bars(bars, scale, panels)
     import matplotlib.pyplot as plt
 
     order = list(dict.fromkeys(k for terms in bars.values() for k in terms))
-    cmap = plt.get_cmap("tab20")
-    fig, ax = plt.subplots(figsize=(2.0 + 0.95 * len(bars) + 3.6, 4.2), layout="constrained")
+    colors = {t: _TERM_COLORS[i % len(_TERM_COLORS)] for i, t in enumerate(order)}
+    widths = [0.6 + 0.95 * len(g) for g in groups]
+    fig, axes = plt.subplots(
+        1, len(groups), figsize=(1.4 + sum(widths) + 3.9, 4.2), layout="constrained",
+        gridspec_kw={"width_ratios": widths}, squeeze=False,
+    )  # fmt: skip
+    for ax, names in zip(axes[0], groups, strict=True):
+        _activation_panel(ax, {n: bars[n] for n in names}, order, colors, scale)
+    axes[0][0].set_ylabel(f"{unit} per token and layer", fontsize=10)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[t]) for t in order]
+    axes[0][-1].legend(handles[::-1], order[::-1], fontsize=9, frameon=False, loc="upper left",
+                       bbox_to_anchor=(1.02, 1.0))  # fmt: skip
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def _activation_panel(
+    ax: Any, bars: Mapping[str, Mapping[str, float]], order: list[str], colors: dict, scale: float
+) -> None:
+    """One panel of ``plot_activation_terms``: its bars stacked, each total above it."""
     names, bottoms = list(bars), [0.0] * len(bars)
-    for i, term in enumerate(order):
+    for term in order:
         heights = [bars[n].get(term, 0.0) / scale for n in names]
-        ax.bar(range(len(names)), heights, bottom=bottoms, width=0.6, color=cmap(i % 20),
+        ax.bar(range(len(names)), heights, bottom=bottoms, width=0.6, color=colors[term],
                label=term)  # fmt: skip
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     top = max(bottoms)
@@ -366,10 +411,3 @@ def plot_activation_terms(
     ax.set_xticks(range(len(names)), names)
     ax.set_xlim(-0.6, len(names) - 0.4)
     ax.tick_params(labelsize=9)
-    ax.set_ylabel(f"{unit} per token and layer", fontsize=10)
-    handles, labels = ax.get_legend_handles_labels()  # listed top to bottom, as stacked
-    ax.legend(handles[::-1], labels[::-1], fontsize=8.5, frameon=False, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0))  # fmt: skip
-    if title:
-        ax.set_title(title, fontsize=11)
-    return fig

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -551,6 +551,20 @@ _LOOP_COPIES = 16  # a loop body run more often is drawn this many times in ``st
 
 
 @dataclass(frozen=True)
+class LiveBuffer:
+    """One temporary buffer of a replayed step (``LiveMemory.largest_at_peak``): its kind
+    (one of ``MEMORY_KINDS``), bytes, dtype and shape as the HLO writes them, the HLO op
+    that writes it, and the ``op_name`` JAX recorded for that op (empty when none)."""
+
+    kind: str
+    nbytes: int
+    dtype: str
+    shape: tuple[int, ...]
+    op: str
+    op_name: str
+
+
+@dataclass(frozen=True)
 class _Instr:
     name: str
     op: str
@@ -607,6 +621,7 @@ class _Liveness:
         self.by_name = {i.name: i for i in self.instrs}
         self.kind: dict[tuple[str, int], str] = {}
         self.size: dict[tuple[str, int], int] = {}
+        self.desc: dict[tuple[str, int], LiveBuffer] = {}
 
     def leaves(self, value: str) -> list[tuple[str, int]]:
         """The buffers a value is made of (a view or a tuple is made of its operands')."""
@@ -650,7 +665,7 @@ class _Liveness:
         same = sum(self.size.get(b, 0) for b in src) == _nbytes(i.arrays[0])
         return kinds.pop() if src and same and len(kinds) == 1 else None
 
-    def nested(self, i: _Instr) -> list[tuple[dict[str, int], str]]:
+    def nested(self, i: _Instr) -> list[_Step]:
         """The steps of the computations an instruction runs: a loop's body (as often as it
         runs, up to ``_LOOP_COPIES`` times), a call, the largest branch of a conditional."""
         if i.op == "while":
@@ -665,19 +680,19 @@ class _Liveness:
             branches = re.findall(r"%?([\w.\-]+)", _attr(i.attrs, "branch_computations"))
             runs = [self._run(b) for b in branches if b in self.comps]
             return (
-                max(runs, key=lambda r: max((sum(s.values()) for s, _ in r), default=0))
+                max(runs, key=lambda r: max((sum(s.values()) for s, _, _ in r), default=0))
                 if runs
                 else []
             )
         return []
 
-    def _run(self, name: str) -> list[tuple[dict[str, int], str]]:
+    def _run(self, name: str) -> list[_Step]:
         return _Liveness(self.comps, name, self.param_dims).steps() if name in self.comps else []
 
-    def steps(self) -> list[tuple[dict[str, int], str]]:
+    def steps(self) -> list[_Step]:
         """Live bytes per kind after each instruction (its nested steps, for a loop), with
-        the instruction's phase. The root's buffers (the step's outputs; a loop body's state)
-        are not temporaries and are left out."""
+        the instruction's phase and the buffers alive (``_Held``). The root's buffers (the
+        step's outputs; a loop body's state) are not temporaries and are left out."""
         roots = [i for i in self.instrs if i.root]
         live_out = set(self.leaves(roots[-1].name)) if roots else set()
         last_use: dict[tuple[str, int], int] = {}
@@ -693,14 +708,36 @@ class _Liveness:
                     if b[0] == i.name and b not in self.size:
                         self.size[b] = _nbytes(i.arrays[b[1]])
                         self.kind[b] = self.classify(i, b[1])
+                        dtype, shape = i.arrays[b[1]]
+                        self.desc[b] = LiveBuffer(
+                            self.kind[b], self.size[b], dtype, shape, i.op, i.op_name
+                        )
                         if b not in live_out:
                             live[b] = self.size[b]
             base = _by_kind(live, self.kind)
-            inner = self.nested(i) or [({}, _phase(i.op_name))]
-            out += [({k: base[k] + s.get(k, 0) for k in MEMORY_KINDS}, ph) for s, ph in inner]
+            here = tuple(self.desc[b] for b in live)
+            inner = self.nested(i) or [({}, _phase(i.op_name), ())]
+            out += [
+                ({k: base[k] + s.get(k, 0) for k in MEMORY_KINDS}, ph, (here, held))
+                for s, ph, held in inner
+            ]
             for b in [b for b in live if last_use.get(b, t) <= t]:
                 del live[b]
         return out
+
+
+# The buffers alive at a step, as a chain: this computation's, then (for a step inside a
+# loop body or a call) the nested computation's chain; () ends it.
+_Held = tuple
+_Step = tuple[dict[str, int], str, _Held]
+
+
+def _flatten(held: _Held) -> list[LiveBuffer]:
+    out: list[LiveBuffer] = []
+    while held:
+        here, held = held
+        out.extend(here)
+    return out
 
 
 def _attr(attrs: str, key: str) -> str:
@@ -734,6 +771,7 @@ class LiveMemory:
     steps: tuple[dict[str, int], ...]
     phases: tuple[str, ...]
     temp: int | None = None
+    held: tuple[_Held, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def totals(self) -> list[int]:
@@ -750,6 +788,22 @@ class LiveMemory:
         """What the temporaries hold, by kind, at the first step where they peak."""
         totals = self.totals
         return dict(self.steps[totals.index(max(totals))]) if totals else {}
+
+    def largest_at_peak(self, n: int | None = 5) -> list[LiveBuffer]:
+        """The ``n`` largest buffers alive at the peak (the step ``at_peak`` reads), largest
+        first (``n=None``: every one, whose bytes sum to ``peak``): what the kinds' totals
+        are made of.
+
+        Raises:
+          ValueError: ``n`` is neither None nor a positive integer.
+        """
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"largest_at_peak: n must be None or a positive integer, got {n!r}.")
+        totals = self.totals
+        if not totals or not self.held:
+            return []
+        alive = _flatten(self.held[totals.index(max(totals))])
+        return sorted(alive, key=lambda b: -b.nbytes)[:n]
 
     @property
     def most(self) -> dict[str, int]:
@@ -789,4 +843,9 @@ def live_memory(compiled: Any) -> LiveMemory:
     }
     steps = _Liveness(comps, entry, param_dims).steps()
     temp = None if isinstance(compiled, str) else step_memory(compiled)["temp"]
-    return LiveMemory(tuple(s for s, _ in steps), tuple(p for _, p in steps), temp)
+    return LiveMemory(
+        tuple(s for s, _, _ in steps),
+        tuple(p for _, p, _ in steps),
+        temp,
+        tuple(h for _, _, h in steps),
+    )

@@ -116,7 +116,7 @@ def _attention_terms(
     heads = model.n_heads / tp
     kv = kv_heads_per_rank(model, tp)
     terms = {
-        "attention norm input": act * model.hidden / sp,
+        "layer input (attention norm's input)": act * model.hidden / sp,
         "normed input read by q, k, v": act * model.hidden / sp,
         "q, k, v": act * (heads * model.qk_dim() + kv * (model.qk_dim() + model.v_dim())),
         "attention output (out-projection input)": act * heads * model.v_dim(),
@@ -163,10 +163,10 @@ def op_terms(
     heads = model.n_heads / tp
     h = model.hidden
     terms = {
-        "layer input (the checkpoint's)": act * h / sp,
+        "layer input (attention norm's input)": act * h / sp,
         "q projection (1st matmul)": act * heads * model.qk_dim(),
         "v projection (3rd matmul)": act * kv_heads_per_rank(model, tp) * model.v_dim(),
-        "attention output": act * heads * model.v_dim(),
+        "attention output (out-projection input)": act * heads * model.v_dim(),
     }
     if flash:
         terms["softmax log-sum-exp (flash, f32)"] = 4.0 * heads
@@ -214,7 +214,7 @@ def activation_terms(
         raise ValueError("activation_terms: seq (tokens per sequence) is needed without flash.")
     sp = tp if sequence_parallel else 1
     if remat == "full":
-        return {"layer input (all else recomputed)": act_bytes * model.hidden / sp}
+        return {"layer input (attention norm's input)": act_bytes * model.hidden / sp}
     moe = model.is_moe if moe is None else moe
     if remat == "op":
         return op_terms(model, tp, moe, sp, act_bytes, seq=seq, flash=flash_attention)
