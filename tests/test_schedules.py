@@ -18,6 +18,7 @@ from helpers.parallelism.schedules import (
     interleaved_table,
     one_f_one_b_order,
     one_f_one_b_table,
+    simulate,
     stage_layout,
     timeline,
 )
@@ -122,6 +123,72 @@ def test_timeline_rejects_bad_durations():
         timeline(s, {"B": 0})
     with pytest.raises(ValueError, match="PipelineSchedule"):
         timeline(np.zeros((2, 3)))
+
+
+def test_timeline_hop_zero_changes_nothing():
+    for s in (gpipe_table(3, 4), one_f_one_b_table(4, 8), interleaved_table(4, 8, 2)):
+        for lockstep in (False, True):
+            old, new = (
+                timeline(s, {"B": 3}, lockstep=lockstep),
+                timeline(s, {"B": 3}, lockstep=lockstep, hop=0.0),
+            )
+            assert np.array_equal(old.start, new.start, equal_nan=True) and new.hop == 0.0
+
+
+def test_timeline_hop_delays_each_send_on_the_critical_path():
+    # GPipe, 2 stages, 2 micro-batches, B = 2, a send costing h. Stage 1's F0 waits h for
+    # stage 0's F0; stage 0's B0 waits h for stage 1's B0: two hops on the critical path.
+    s = gpipe_table(2, 2)
+    h = 0.5
+    free = timeline(s, {"B": 2}, hop=h)
+    assert np.nan_to_num(free.start, nan=-1).tolist() == [
+        [0, 1, -1, -1, 5 + 2 * h, 7 + 2 * h],
+        [-1, 1 + h, 2 + h, 3 + h, 5 + h, -1],
+    ]
+    assert free.total == 9 + 2 * h and free.hop == h
+    # lockstep: each of the 5 ticks before the last ends h later (its ppermutes)
+    lock = timeline(s, {"B": 2}, lockstep=True, hop=h)
+    assert np.nan_to_num(lock.start, nan=-1)[0].tolist() == [0, 1 + h, -1, -1, 5 + 4 * h, 7 + 5 * h]
+    assert lock.total == 9 + 5 * h
+    # on one device nothing is sent: a hop changes nothing, free or lockstep
+    one = interleaved_table(1, 4, 2)
+    for lockstep in (False, True):
+        assert (
+            timeline(one, {"B": 3}, lockstep=lockstep, hop=1.0).total
+            == timeline(one, {"B": 3}, lockstep=lockstep).total
+        )
+
+
+def _undoubled_order(d, S, m):
+    # notebook 10's exercise 2: interleaved (v = 2) with 1F1B's warm-up (S-1-d) + S
+    fwd = [("F", (k // (2 * S)) * S + k % S, (k // S) % 2) for k in range(2 * m)]
+    bwd = [("B", mb, 1 - c) for _, mb, c in fwd]
+    warm = min(2 * S - 1 - d, 2 * m)
+    return fwd[:warm] + [op for i in range(2 * m) for op in fwd[warm + i : warm + i + 1] + [bwd[i]]]
+
+
+def test_doubled_warm_up_absorbs_a_sends_latency():
+    # The reviewer's numbers: B = 3.07, S = 8, M = 16, v = 2, free timeline.
+    S, M, cost = 8, 16, {"B": 3.07}
+    megatron = interleaved_table(S, M, 2)
+    undoubled = simulate([_undoubled_order(d, S, M) for d in range(S)], M, n_chunks=2)
+    assert in_flight(undoubled)[0].max() == 2 * S and in_flight(megatron)[0].max() == 3 * S - 1
+    got = {
+        hop: (timeline(undoubled, cost, hop=hop).total, timeline(megatron, cost, hop=hop).total)
+        for hop in (0.0, 0.25, 0.5)
+    }
+    want = {0.0: (158.73, 158.73), 0.25: (176.23, 166.23), 0.5: (193.73, 173.73)}
+    for hop, ends in want.items():
+        assert got[hop] == pytest.approx(ends)  # equal without sends, Megatron sooner with
+    # Megatron's end grows by one micro-batch's round trip of hops, 2(vS - 1) = 30
+    assert (got[0.5][1] - got[0.0][1]) / 0.5 == pytest.approx(2 * (2 * S - 1))
+
+
+def test_timeline_rejects_a_bad_hop():
+    s = gpipe_table(2, 2)
+    for bad in (-0.1, float("nan"), float("inf"), "0.1", True, None):
+        with pytest.raises(ValueError, match="hop="):
+            timeline(s, hop=bad)
 
 
 def test_stage_layout_refuses_chunks_that_split_a_layer():

@@ -21,7 +21,7 @@ notebook 10 runs whole training steps, forward *and* backward, by a table:
 - **What it costs in time.** ``timeline`` keeps each device's order and gives each op a
   duration (a backward costs about two forwards, three when it recomputes the forward):
   either each device runs as soon as its inputs are ready, or the ticks stay whole, as in a
-  lockstep ``shard_map`` executor.
+  lockstep ``shard_map`` executor; ``hop`` charges each send between devices a latency.
 
 Nothing here runs JAX: the tables are numpy, so they can be tested exhaustively.
 """
@@ -511,7 +511,8 @@ class Timeline:
 
     ``start`` and ``length`` are ``(n_stages, ticks)`` float arrays (``nan`` and ``0`` at idle
     cells), in units of ``durations`` (``{"F": 1, "B": 3}``: a backward costs three
-    forwards). ``lockstep`` says how the devices waited for each other (see ``timeline``).
+    forwards). ``lockstep`` says how the devices waited for each other and ``hop`` what a
+    send cost (see ``timeline``).
     """
 
     schedule: PipelineSchedule
@@ -519,6 +520,7 @@ class Timeline:
     length: np.ndarray
     durations: dict[str, float]
     lockstep: bool
+    hop: float = 0.0
 
     @property
     def total(self) -> float:
@@ -554,7 +556,11 @@ def _durations(where: str, durations: Any) -> dict[str, float]:
 
 
 def timeline(
-    schedule: PipelineSchedule, durations: dict[str, float] | None = None, *, lockstep: bool = False
+    schedule: PipelineSchedule,
+    durations: dict[str, float] | None = None,
+    *,
+    lockstep: bool = False,
+    hop: float = 0.0,
 ) -> Timeline:
     """When each op of ``schedule`` runs if ops take ``durations`` rather than one tick each.
 
@@ -572,34 +578,57 @@ def timeline(
       durations: how long each kind of op takes, ``{"F": 1, "B": 2}``; a kind not given
         takes 1 (the default: every op one tick).
       lockstep: see above.
+      hop: the latency of one point-to-point send, in the units of ``durations``. Free, an
+        op that needs another device's output (a forward the previous stage's forward, a
+        backward the next stage's backward) starts at least ``hop`` after that output ends;
+        an input from the same device (a chunk's own forward, or the next virtual stage
+        when it sits on the same device) waits for nothing. Lockstep, every tick ends with
+        its ``ppermute``s, so each tick ends ``hop`` later (on one device, nothing is sent
+        and ``hop`` is not charged). Default 0: sends are free.
 
     Raises:
-      ValueError: not a ``PipelineSchedule``, or a duration that is not a positive number.
+      ValueError: not a ``PipelineSchedule``, a duration that is not a positive number, or
+        a ``hop`` that is not a number >= 0.
     """
     s = _schedule("timeline", schedule)
     dur = _durations("timeline", durations)
+    if (
+        isinstance(hop, bool)
+        or not isinstance(hop, (int, float, np.integer, np.floating))
+        or not (np.isfinite(hop) and hop >= 0)
+    ):
+        raise ValueError(f"timeline: hop={hop!r} must be a number >= 0 (a send's latency).")
     length = np.zeros(s.phase.shape)
     for key, ph in _PHASE.items():
         length[s.phase == ph] = dur[key]
-    start = _lockstep_starts(length) if lockstep else _free_starts(s, length)
+    hop = float(hop)
+    start = (
+        _lockstep_starts(length, hop if s.n_stages > 1 else 0.0)
+        if lockstep
+        else _free_starts(s, length, hop)
+    )
     start = np.where(s.phase == IDLE, np.nan, start)
-    return Timeline(schedule=s, start=start, length=length, durations=dur, lockstep=lockstep)
+    return Timeline(
+        schedule=s, start=start, length=length, durations=dur, lockstep=lockstep, hop=hop
+    )
 
 
-def _lockstep_starts(length: np.ndarray) -> np.ndarray:
-    """Tick ``t`` of device ``d`` starts when ``d`` and its ring neighbours ended tick ``t-1``."""
+def _lockstep_starts(length: np.ndarray, hop: float = 0.0) -> np.ndarray:
+    """Tick ``t`` of device ``d`` starts when ``d`` and its ring neighbours ended tick ``t-1``
+    (each tick ending ``hop`` after its op: its ``ppermute``s)."""
     S, T = length.shape
     start = np.zeros((S, T))
     ready = np.zeros(S)
     for t in range(T):
         start[:, t] = ready
-        ends = ready + length[:, t]
+        ends = ready + length[:, t] + hop
         ready = np.maximum(ends, np.maximum(np.roll(ends, 1), np.roll(ends, -1)))
     return start
 
 
-def _free_starts(s: PipelineSchedule, length: np.ndarray) -> np.ndarray:
-    """Each device's ops in the table's order, each as early as the device and its inputs allow."""
+def _free_starts(s: PipelineSchedule, length: np.ndarray, hop: float = 0.0) -> np.ndarray:
+    """Each device's ops in the table's order, each as early as the device and its inputs allow;
+    an input from another device arrives ``hop`` after its op ends."""
     position = {(d, c, m): p for m, r in enumerate(s.route) for p, (d, c) in enumerate(r)}
     end: dict[tuple[int, int, int, int], float] = {}
     free = np.zeros(s.n_stages)
@@ -620,7 +649,7 @@ def _free_starts(s: PipelineSchedule, length: np.ndarray) -> np.ndarray:
                     needs.append((BACKWARD, *r[p + 1], m))
             elif ph == WEIGHT_GRAD:
                 needs.append((BACKWARD, d, c, m))
-            start[d, t] = max([free[d], *(end[k] for k in needs)])
+            start[d, t] = max([free[d], *(end[k] + (hop if k[1] != d else 0.0) for k in needs)])
             free[d] = end[(ph, d, c, m)] = start[d, t] + length[d, t]
     return start
 
