@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 
 import flax.linen as nn
 import jax
@@ -13,7 +14,13 @@ import pytest
 from jax.sharding import PartitionSpec as P
 from matplotlib.colors import to_hex
 
-from helpers import UnmappedLogicalNameWarning, collective_stats, logical_rules, make_mesh
+from helpers import (
+    UnmappedLogicalNameWarning,
+    collective_ops,
+    collective_stats,
+    logical_rules,
+    make_mesh,
+)
 from helpers.compat import set_mesh
 from helpers.drawing.draw import device_color
 from helpers.drawing.draw_experts import draw_routing
@@ -230,6 +237,19 @@ def test_moe_layer_sums_its_balance_on_each_device_and_gathers_no_logits():
         np.testing.assert_allclose(grads[name], want_grads[name], rtol=1e-4, atol=1e-5)
     stats = collective_stats(step)
     assert "all-gather" not in stats and "all-reduce" in stats, stats
+
+    # The balancing loss adds only its sums to what the step all-reduces: the layer computes
+    # the router's logits once, so the router's gradient stays one array.
+    def plain(p, x):
+        return jnp.sum(layer.apply({"params": p}, x) ** 2)
+
+    with set_mesh(mesh), nn.logical_axis_rules(rules):
+        plain_step = jax.jit(jax.value_and_grad(plain)).lower(params, x).compile()
+
+    def reduced(c):
+        return Counter(a for op in collective_ops(c) if op.kind == "all-reduce" for a in op.arrays)
+
+    assert reduced(step) - reduced(plain_step) == Counter({("f32", (2, 4)): 1})
 
 
 def test_draw_routing_colours_tokens_and_experts_by_device():

@@ -178,7 +178,27 @@ def expert_parallel_mlp(
             f"expert_parallel_mlp: wi holds {local} of {n_experts} experts, so axis_name must "
             "name the mesh axis that splits them."
         )
-    routing = jax.vmap(lambda lg: route(lg, k, capacity))(jnp.einsum("bsd,de->bse", x, router))
+    return _experts_from_logits(
+        x, jnp.einsum("bsd,de->bse", x, router), wi, wo, k, capacity, axis_name
+    )
+
+
+def _experts_from_logits(
+    x: jax.Array,
+    logits: jax.Array,
+    wi: jax.Array,
+    wo: jax.Array,
+    k: int,
+    capacity: int,
+    axis_name: str | None,
+) -> jax.Array:
+    """``expert_parallel_mlp`` after its router: route ``logits`` ``(batch, length,
+    experts)``, dispatch, the experts (with the two ``all_to_all``s), combine. The sharded
+    layer calls it with logits it also feeds to the balancing sums, so that the router's
+    logits are computed once (one matmul, whose gradient is one array)."""
+    n_experts, local = logits.shape[-1], wi.shape[0]
+    shards = n_experts // local
+    routing = jax.vmap(lambda lg: route(lg, k, capacity))(logits)
     dispatch, combine = jax.vmap(lambda r: dispatch_weights(r, n_experts, capacity))(routing)
     buf = jnp.einsum("bsec,bsd->ebcd", dispatch.astype(x.dtype), x)
     buf = buf.reshape(shards, local, *buf.shape[1:])  # (destination device, its experts, ...)
@@ -370,10 +390,15 @@ def _sharded_moe(
     batch = PartitionSpec(batch_axes)
 
     def per_device(x: jax.Array, router: jax.Array, wi: jax.Array, wo: jax.Array) -> Any:
-        y = expert_parallel_mlp(x, router, wi, wo, k=k, capacity=capacity, axis_name=expert_axis)
         if not balance:
-            return y
-        sums = _balance_sums(jnp.einsum("bsd,de->bse", x, router), k)
+            return expert_parallel_mlp(
+                x, router, wi, wo, k=k, capacity=capacity, axis_name=expert_axis
+            )
+        # The logits once, for the routing and the sums alike: computed twice, the router
+        # would get two gradient terms, which the compiled step all-reduces separately.
+        logits = jnp.einsum("bsd,de->bse", x, router)
+        y = _experts_from_logits(x, logits, wi, wo, k, capacity, expert_axis)
+        sums = _balance_sums(logits, k)
         return y, (jax.lax.psum(sums, batch_axes) if batch_axes else sums)
 
     program = jax.shard_map(
