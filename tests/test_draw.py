@@ -697,8 +697,13 @@ def test_strategy_guide_names_every_strategy_and_question():
     # them, and the knee's "no" no longer leads to FSDP × TP
     flat = [" ".join(t.split()) for t in labels]  # the words, however the lines wrap
     knee = next(t for t in flat if t.startswith("Below the knee"))
-    assert "more tokens per device" in knee and "FSDP inside one node: TP" in knee
+    assert "more tokens per device" in knee and "inside one node, TP in the node cuts" in knee
     assert "spanning nodes" in knee and "TP inside each node does not" in knee
+    # DP's all-reduce has the same remedies (the book's LLaMA-3: PP cuts the DP all-reduce),
+    # and pipelining rules out ZeRO-3 but not ZeRO-1 (the book's TLDR)
+    assert knee.startswith("Below the knee (DP or FSDP)")
+    assert "with PP, ZeRO-1 instead of FSDP" in knee
+    assert "below\nthe knee" in labels  # the DP box's arrow into the remedies
     tp = next(t for t in flat if t.startswith("FSDP × TP"))
     assert "across nodes" in tp and "leaves its cross-node bytes" in tp
     assert "fewer, fatter shards" not in texts

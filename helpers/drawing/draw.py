@@ -1693,17 +1693,21 @@ def _guide_arrow(
 
 
 def _guide_below_the_knee(ax: Axes, xy: tuple[float, float]) -> None:
-    """The strategy guide's remedies for a step below the knee, a bulleted box at ``xy``.
+    """The strategy guide's remedies for a step below the knee, DP's or FSDP's, a box at ``xy``.
 
-    A second mesh axis inside the node cuts FSDP's bytes on the node's links but not across
-    nodes; model parallelism spanning nodes cuts those (the scaling book's GPU chapter,
-    "Reductions when array is sharded over a separate axis" and its Pop Quiz 3,
+    A second axis splitting each parameter cuts DP's all-reduce and FSDP's gathers alike
+    (the scaling book's GPU chapter, "Reductions when array is sharded over a separate axis";
+    its LLaMA-3 example: "The 16-way PP reduces the cost of the data parallel AllReduce by
+    16x"). Inside the node it cuts the bytes on the node's links but not across nodes; model
+    parallelism spanning nodes cuts those (its Pop Quiz 3 and TLDR). Pipelining "usually makes
+    ZeRO-3 impossible ... but you can do ZeRO-1 instead" (same TLDR,
     https://jax-ml.github.io/scaling-book/gpus/).
     """
-    ax.text(*xy, "Below the knee:\n• more tokens per device\n   (a larger batch)\n"
-            "• FSDP inside one node: TP on\n   a second axis in the node\n   cuts its bytes per device\n"
-            "• FSDP across nodes: model\n   parallelism spanning nodes\n   (TP, PP or EP) cuts its\n"
-            "   cross-node bytes; TP inside\n   each node does not",
+    ax.text(*xy, "Below the knee (DP or FSDP):\n• more tokens per device (a larger batch)\n"
+            "• a second axis splitting each parameter:\n   inside one node, TP in the node cuts\n"
+            "   the bytes per device; across nodes,\n   model parallelism spanning nodes\n"
+            "   (TP, PP or EP) cuts the cross-node\n   bytes; TP inside each node does not\n"
+            "• with PP, ZeRO-1 instead of FSDP\n   (each stage would gather its layers)",
             ha="center", va="center", multialignment="left", fontsize=10,
             bbox=_guide_answer("#eeeeee"))  # fmt: skip
 
@@ -1736,7 +1740,7 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     box((2.5, 4.2), "DP\nreplicate the parameters, split the batch\n"
         "sends 2·(N−1)/N × the parameter bytes per step\n(one all-reduce)\nsimplest: the reference to check others against\n"
         "compute hides the all-reduce only while\ntokens per device > FLOP/s ÷ link bandwidth\n"
-        "(the same knee as FSDP's, below)", answer("#cfe8cf"))  # fmt: skip
+        "(the same knee as FSDP's)", answer("#cfe8cf"))  # fmt: skip
     box(
         (9.4, 4.65),
         "Does it fit split N ways?\n16·P / N + one gathered layer + activations\n(FSDP that frees each layer after use)",
@@ -1754,7 +1758,7 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     box((10.75, 0.95), "FSDP × TP on a 2-D mesh\n'model' (TP) inside an NVLink node:\n"
         "its activation all-reduces in every\nlayer need fast links\n'data' (FSDP) across nodes: TP inside\n"
         "a node leaves its cross-node bytes\nas they were", answer("#f7dcc4"), 10)  # fmt: skip
-    _guide_below_the_knee(ax, (1.95, 1.3))
+    _guide_below_the_knee(ax, (2.0, 1.2))
 
     arrow((6.5, 7.42), (6.5, 6.72))
     arrow((5.2, 6.18), (3.1, 5.02), "yes", (3.9, 5.8))
@@ -1765,7 +1769,8 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     arrow((10.3, 5.1), (11.2, 5.8), "no: 16·P / N alone\ndoes not fit", (10.0, 5.7))
     arrow((10.4, 4.28), (10.9, 1.95), "no: one layer\nis too big to\ngather whole", (11.85, 3.0))
     arrow((7.0, 2.42), (6.7, 2.05), "yes", (7.2, 2.2))
-    arrow((5.15, 2.7), (3.3, 2.25), "no", (4.2, 2.75))
+    arrow((5.15, 2.7), (3.75, 2.25), "no", (4.5, 2.75))
+    arrow((1.2, 3.32), (1.2, 2.42), "below\nthe knee", (0.55, 2.87))
     ax.set_title("Choosing a sharding strategy from model size, device memory and interconnect",
                  fontsize=13.5)  # fmt: skip
     return ax
