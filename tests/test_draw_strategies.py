@@ -198,7 +198,8 @@ def test_activation_terms_stack_each_term_in_one_color_with_the_total_above():
         assert tops == pytest.approx([sum(t.values()) / 1e3 for t in bars.values()])
         assert [t.get_text() for t in ax.texts] == [f"{x:.3g}" for x in tops]
         legend = ax.get_legend()
-        assert [t.get_text() for t in legend.get_texts()] == terms[::-1]  # top of stack first
+        shown = [t.get_text().removesuffix(" (too thin to see)") for t in legend.get_texts()]
+        assert shown == terms[::-1]  # top of stack first
         assert all(t.get_fontsize() >= 9 for t in legend.get_texts())  # the house's 9 pt
         assert all(t.get_fontsize() >= 9 for t in [*ax.texts, *ax.get_xticklabels()])
         colors = {}
@@ -235,6 +236,22 @@ def test_activation_terms_panels_have_their_own_axes():
         assert [t.get_text() for t in right.get_xticklabels()] == list(bars)[2:]
         assert right.get_ylim()[1] < left.get_ylim()[1] / 2  # the small bars, scaled up
         assert left.get_legend() is None and right.get_legend() is not None
+        assert left.get_ylabel() == right.get_ylabel() == "kB per token and layer"
+    finally:
+        plt.close(fig)
+
+
+def test_activation_terms_legend_marks_a_term_too_thin_to_see():
+    from helpers import plot_activation_terms
+    from helpers.drawing.draw_strategies import THIN_TERM
+
+    tiny = THIN_TERM / 2 * 1000.0  # under THIN_TERM of the 1000-byte bar in the same panel
+    bars = {"a": {"big": 1000.0 - tiny, "tiny": tiny}, "b": {"big": 10.0, "small": 1.0}}
+    fig = plot_activation_terms(bars, panels=[["a"], ["b"]])
+    try:
+        legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+        # "small" is 10% of its own panel's bar: seen, though under 1% of the other panel's
+        assert legend == ["small", "tiny (too thin to see)", "big"]
     finally:
         plt.close(fig)
 

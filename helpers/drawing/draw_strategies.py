@@ -354,6 +354,11 @@ def _check_activation_bars(bars: Any, scale: Any, panels: Any) -> list[list[str]
     return groups
 
 
+#: The share of a panel's tallest bar under which ``plot_activation_terms`` calls a term's
+#: segment too thin to see (about one pixel of a 4.2-inch figure at 100 dpi).
+THIN_TERM = 0.004
+
+
 def plot_activation_terms(
     bars: Mapping[str, Mapping[str, float]],
     *,
@@ -368,10 +373,12 @@ def plot_activation_terms(
     ``bars`` maps a bar's label (a recompute choice, a tensor-parallel degree) to the terms of
     ``helpers.activation_terms``: a term's name to its bytes per token. A term keeps its
     color in every bar; the legend, right of the axes, lists every term once, in the order
-    the bars first hold them. The y axis is in ``unit`` (``scale`` bytes each; 10^3 bytes,
-    "kB", by default). ``panels`` (default: one) lists the bars of each panel, left to right,
-    every label of ``bars`` in exactly one; each panel has a y axis of its own, so that small
-    bars stay readable beside large ones. Returns the Figure.
+    the bars first hold them, and marks "(too thin to see)" a term that is under
+    ``THIN_TERM`` of its panel's tallest bar in every bar that holds it (a segment of a
+    pixel or less). The y axis is in ``unit`` (``scale`` bytes each; 10^3 bytes, "kB", by
+    default). ``panels`` (default: one) lists the bars of each panel, left to right, every
+    label of ``bars`` in exactly one; each panel has a y axis of its own, labelled, so that
+    small bars stay readable beside large ones. Returns the Figure.
     """
     groups = _check_activation_bars(bars, scale, panels)
     import matplotlib.pyplot as plt
@@ -383,11 +390,15 @@ def plot_activation_terms(
         1, len(groups), figsize=(1.4 + sum(widths) + 3.9, 4.2), layout="constrained",
         gridspec_kw={"width_ratios": widths}, squeeze=False,
     )  # fmt: skip
+    seen = set()  # the terms drawn tall enough to see in some bar
     for ax, names in zip(axes[0], groups, strict=True):
         _activation_panel(ax, {n: bars[n] for n in names}, order, colors, scale)
-    axes[0][0].set_ylabel(f"{unit} per token and layer", fontsize=10)
+        ax.set_ylabel(f"{unit} per token and layer", fontsize=10)
+        top = max(sum(bars[n].values()) for n in names)
+        seen |= {t for n in names for t, v in bars[n].items() if v >= THIN_TERM * top}
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[t]) for t in order]
-    axes[0][-1].legend(handles[::-1], order[::-1], fontsize=9, frameon=False, loc="upper left",
+    labels = [t if t in seen else f"{t} (too thin to see)" for t in order]
+    axes[0][-1].legend(handles[::-1], labels[::-1], fontsize=9, frameon=False, loc="upper left",
                        bbox_to_anchor=(1.02, 1.0))  # fmt: skip
     if title:
         fig.suptitle(title, fontsize=11)

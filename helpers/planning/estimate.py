@@ -118,12 +118,14 @@ from helpers.planning.hardware import Hardware
 from helpers.planning.layout import AXES, Layout, check_layout, stage_layers
 from helpers.planning.models import ModelSpec
 
-#: The margin a class of plans falls back on where ``helpers.planning.margins`` has no
-#: measured peak for its ZeRO stage and recompute schedule, and none for its runtime at all:
-#: the top of XLA:CPU's temporaries over the planner's gradients + activations in notebook
-#: 13a's compiles of the series' Transformer under DP and ZeRO-1 (1.22 to 1.51 at 8 CPU
-#: devices before the planner counted the loss at its backward; 1.17 to 1.31 since),
-#: rounded to 1.5. ``margins.margin_for`` says which margin a plan got and why.
+#: The last-resort margin: what ``estimate`` uses when it is given no margin, and what
+#: ``helpers.planning.margins`` falls back on for a runtime with no measured peak at all
+#: (both runtimes it knows have some, so a calibrated plan never gets it). It is a stated
+#: round number, not a calibration: the top of XLA:CPU's temporaries over the planner's
+#: gradients + activations in notebook 13's (now 13a's) DP and ZeRO-1 compiles of the
+#: series' Transformer, rounded (commit 66643e9), before the planner counted the loss at its
+#: backward; 13a no longer takes a margin from those compiles. ``margins.margin_for``
+#: says which margin a plan got and why; ``--margin`` sets one of your own.
 ACTIVATION_MARGIN = 1.5
 
 #: What can overlap on each axis, as the step time assumes (see the module docstring).

@@ -11,7 +11,10 @@ the factor by which the real step exceeded the planner's count of what changes d
 step. Points are grouped into **classes**: the runtime (``"gpu"``, PyTorch's caching
 allocator; ``"tpu"``, XLA:TPU's compiler), the ZeRO stage and the recompute schedule. A
 class's **margin** is its largest ratio (so every measured peak of the class lies within
-"fits"), its **floor** its smallest: a plan whose count, with its gradients and activations
+"fits"), and never less than 1: a margin never grants "fits" to a plan whose count alone
+overflows HBM, even where a class's peaks fell below the count (the one step measured on a
+TPU v5e chip, ratio 0.711, planned with 2 bytes per parameter more than its program held).
+Its **floor** is its smallest ratio: a plan whose count, with its gradients and activations
 times the floor, exceeds HBM is "out of memory" (``estimate.memory_verdict``), between the
 two "tight".
 
@@ -126,23 +129,29 @@ def _fallback(runtime: str, zero: int, remat: str) -> Margin:
     ratios = [x for (_, _, r), pts in classes.items() if r == near for _, x in pts]
     top = max(ratios)
     return Margin(
-        _up(top), 1.0,
-        f"x{_up(top):.2f}: {what}; the largest ratio of the nearest schedule measured, remat "
+        max(1.0, _up(top)), 1.0,
+        f"x{max(1.0, _up(top)):.2f}: {what}; the largest ratio of the nearest schedule measured, remat "
         f"{near} ({len(ratios)} points, {min(ratios):.3f} to {top:.3f}); floor x1, the count alone",
     )  # fmt: skip
 
 
 def margin_for(hardware: Hardware, zero: int, remat: str) -> Margin:
-    """The margin and floor for a plan on ``hardware`` with ``zero`` and ``remat``."""
+    """The margin and floor for a plan on ``hardware`` with ``zero`` and ``remat``; the
+    margin is at least 1 (the count alone), the floor may be below it."""
     runtime = runtime_of(hardware)
     points = memory_calibration().get((runtime, zero, remat))
     if not points:
         return _fallback(runtime, zero, remat)
     values = [r for _, r in points]
     lo, hi = min(values), max(values)
+    what = (
+        f"the largest of {len(values)} measured peaks' ratios"
+        if hi >= 1
+        else f"the count alone (no margin below 1), above the {len(values)} measured peaks' ratios"
+    )
     return Margin(
-        _up(hi), math.floor(lo * 100) / 100,
-        f"x{_up(hi):.2f}: the largest of {len(values)} measured peaks' ratios for "
+        max(1.0, _up(hi)), math.floor(lo * 100) / 100,
+        f"x{max(1.0, _up(hi)):.2f}: {what} for "
         f"{_STAGES[zero]} with remat {remat} on a {runtime.upper()}, {lo:.3f} to {hi:.3f} "
         f"(helpers.planning.peaks); below x{math.floor(lo * 100) / 100:.2f}, out of memory",
         tuple(points),
