@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 matplotlib.use("Agg")
+import matplotlib.colors as mcolors  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 from helpers.drawing.draw_profile import (  # noqa: E402
@@ -99,6 +100,13 @@ def test_plot_projection_draws_the_cost_model_and_one_shared_knee():
     knees = [line for line in ax.get_lines() if line.get_label().startswith("knee")]
     assert [line.get_xdata()[0] for line in knees] == pytest.approx([knee, pcie])
     assert [line.get_linestyle() for line in knees] == [":", "--"]  # told apart by style
+    # in a neutral grey, never a case's colour: a dashed knee must not read as a PCIe curve
+    curve_colours = {
+        mcolors.to_hex(line.get_color()) for line in ax.get_lines() if len(line.get_xdata()) > 2
+    }
+    for line in knees:
+        r, g, b = mcolors.to_rgb(line.get_color())
+        assert r == g == b and mcolors.to_hex(line.get_color()) not in curve_colours
     assert ax.get_legend().handlelength >= 4  # long enough to show a dashed line's dashes
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert f"knee of every case, NVLink: {knee:,.0f} tokens" in legend

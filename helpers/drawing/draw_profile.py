@@ -184,6 +184,10 @@ _MARKERS = ("o", "s", "^", "D", "v", "P")
 #: The knee lines' style on the first, second, ... link: the scaling book's C/W is "-.".
 _KNEE_STYLES: tuple[Any, ...] = (":", "--", (0, (4, 1.5, 1, 1.5, 1, 1.5)))
 
+#: The knee lines' colours, greys (one per distinct knee of a link), never a case's colour:
+#: a dashed knee in a curve's colour would read as that case's curve on the dashed link.
+_KNEE_GREYS = ["0.25", "0.5", "0.7"]
+
 
 def _draw_marks(ax: Any, marks: list[tuple[float, str, str, Any]]) -> None:
     """A vertical line per mark (a knee, or the scaling book's C/W), named in the legend:
@@ -246,7 +250,7 @@ def plot_projection(
     never at the same point, so that lines that coincide over part of the range all stay
     visible; cases whose lines coincide everywhere share one (``a = b``). A link is a
     bandwidth (bytes/s one way, no latency) or a ``cost_model.Network``. The thick grey
-    line is compute alone (the thin dotted one, with remat's recompute). A thin vertical line
+    line is compute alone (the thin dotted one, with remat's recompute). A thin grey vertical line
     marks each distinct knee on each link, dotted on the first link, dashed on the second
     (its legend entry names the link), and
     ``scaling_book`` (tokens) draws the scaling book's C/W, each named in the legend with
@@ -287,7 +291,7 @@ def plot_projection(
                 label=f"{' = '.join(labels)}, {bw_name}",
             )  # fmt: skip
             drawn.append(y)
-        knees = _knee_marks(cfg, curves, n_devices, flops_per_s, bw, bytes_per_param, colours)
+        knees = _knee_marks(cfg, curves, n_devices, flops_per_s, bw, bytes_per_param, _KNEE_GREYS)
         ls = _KNEE_STYLES[i % len(_KNEE_STYLES)]
         marks.extend((k, f"{label}, {bw_name}", colour, ls) for k, label, colour in knees)
     if scaling_book is not None:
