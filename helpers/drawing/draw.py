@@ -1695,7 +1695,7 @@ def _guide_arrow(
 def _guide_below_the_knee(ax: Axes, xy: tuple[float, float]) -> None:
     """The strategy guide's remedies for a step below the knee, DP's or FSDP's, a box at ``xy``.
 
-    A second axis splitting each parameter cuts DP's all-reduce and FSDP's gathers alike
+    A second axis splitting the parameters (each one, or the layers or experts) cuts DP's all-reduce and FSDP's gathers alike
     (the scaling book's GPU chapter, "Reductions when array is sharded over a separate axis";
     its LLaMA-3 example: "The 16-way PP reduces the cost of the data parallel AllReduce by
     16x"). Inside the node it cuts the bytes on the node's links but not across nodes; model
@@ -1704,7 +1704,7 @@ def _guide_below_the_knee(ax: Axes, xy: tuple[float, float]) -> None:
     https://jax-ml.github.io/scaling-book/gpus/).
     """
     ax.text(*xy, "Below the knee (DP or FSDP):\n• more tokens per device (a larger batch)\n"
-            "• a second axis splitting each parameter:\n   inside one node, TP in the node cuts\n"
+            "• a second axis splitting the parameters:\n   inside one node, TP in the node cuts\n"
             "   the bytes per device; across nodes,\n   model parallelism spanning nodes\n"
             "   (TP, PP or EP) cuts the cross-node\n   bytes; TP inside each node does not\n"
             "• with PP, ZeRO-1 instead of FSDP\n   (each stage would gather its layers)",
