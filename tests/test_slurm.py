@@ -149,11 +149,25 @@ def test_job_task_pids_is_empty_while_the_node_has_not_started_the_job(fake_slur
 def test_read_job_log_drops_gloos_chatter(tmp_path):
     log = tmp_path / "job.log"
     log.write_text("0: step   1  loss 3.1\n1: [Gloo] Rank 1 is connected to 7 peer ranks. \n0: \n"
-                   "1: [Gloo] Rank\nsrun: error: localhost: task 1: Killed\n")  # fmt: skip
+                   "1: [Gloo] Rank\n0: 7\nsrun: error: localhost: task 1: Killed\n")  # fmt: skip
     assert slurm.read_job_log(log) == [
         "0: step   1  loss 3.1",
         "srun: error: localhost: task 1: Killed",
     ]
+
+
+def test_the_recorded_logs_are_filtered_when_read():
+    """The record of 2026-12-04 holds a fragment of gloo's line, ``0: 7``, that the filter of
+    then let through; the notebook must not show it (nor any other chatter)."""
+    raw = json.loads(slurm.RECORD.read_text())
+    logs = {name: part["log"] for name, part in slurm.recorded_slurm_run().items()
+            if isinstance(part, dict) and "log" in part}  # fmt: skip
+    assert set(logs) == {"submit", "kill", "requeue"}
+    for name, log in logs.items():
+        assert not [ln for ln in log if slurm._is_chatter(ln)], name
+        assert all(ln in raw[name]["log"] for ln in log), name  # it only drops lines
+    assert "0: 7" not in logs["submit"]
+    assert "0: step   1  loss 3.174721" in logs["submit"]
 
 
 def _sbatch_options(text: str) -> dict[str, str]:

@@ -216,9 +216,11 @@ def cancel_job(job_id: int) -> None:
 
 
 def _is_chatter(line: str) -> bool:
-    """gloo's "[Gloo] Rank 3 is connected to 7 peer ranks" lines (cut up across tasks)."""
+    """gloo's "[Gloo] Rank 3 is connected to 7 peer ranks" lines, and their fragments: the
+    tasks' lines get cut up where they interleave, leaving e.g. ``0: [Gloo] Rank`` or ``0: 7``
+    (a task's own lines are never a bare number)."""
     text = re.sub(r"^\d+: ", "", line).strip()
-    return "peer ranks" in text or text in ("", "[Gloo] Rank")
+    return "peer ranks" in text or text in ("", "[Gloo] Rank") or text.isdigit()
 
 
 def read_job_log(path: str | os.PathLike[str]) -> list[str]:
@@ -228,5 +230,13 @@ def read_job_log(path: str | os.PathLike[str]) -> list[str]:
 
 def recorded_slurm_run() -> dict[str, Any]:
     """What ``tests/test_slurm.py`` recorded (``RECORD``): the commands it ran and what they
-    printed, for the submit, the kill and the requeue, with the date and the Slurm version."""
-    return json.loads(RECORD.read_text())
+    printed, for the submit, the kill and the requeue, with the date and the Slurm version.
+
+    Each ``log`` is filtered again as ``read_job_log`` filters now, so that a record made
+    before the filter caught a fragment does not show it.
+    """
+    record = json.loads(RECORD.read_text())
+    for part in record.values():
+        if isinstance(part, dict) and isinstance(part.get("log"), list):
+            part["log"] = [ln for ln in part["log"] if not _is_chatter(ln)]
+    return record
