@@ -81,7 +81,9 @@ def test_the_cases_name_what_they_run():
 def test_plot_projection_draws_the_cost_model_and_one_shared_knee():
     cfg = profile.PRESETS["gpu"]
     bws = {"NVLink": cm.NVLINK4, "PCIe": cm.PCIE5_X16}
-    ax = plot_projection(cfg, 8, 989e12, bws, bytes_per_param=2, scaling_book=2197.8)
+    ax = plot_projection(
+        cfg, 8, 989e12, bws, bytes_per_param=2, scaling_book=2197.8, point=(16384, 30.0, "step")
+    )
     lines = {line.get_label(): line for line in ax.get_lines()}
     for want in ("compute alone", "compute alone, remat (8/6)", "dp, NVLink",
                  "fsdp (keeps gathers), NVLink", "fsdp (ZeRO-3, frees), NVLink",
@@ -107,6 +109,11 @@ def test_plot_projection_draws_the_cost_model_and_one_shared_knee():
     for line in knees:
         r, g, b = mcolors.to_rgb(line.get_color())
         assert r == g == b and mcolors.to_hex(line.get_color()) not in curve_colours
+        assert r >= 0.45 and line.get_linewidth() <= 1.5  # thin and grey, never near black
+    cross = lines["step"]
+    assert cross.get_marker() == "x" and list(cross.get_xydata()[0]) == [16384, 30.0]
+    # the knee's style is no other line's: the remat compute line is solid, the C/W dash-dotted
+    assert lines["compute alone, remat (8/6)"].get_linestyle() == "-"
     assert ax.get_legend().handlelength >= 4  # long enough to show a dashed line's dashes
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert f"knee of every case, NVLink: {knee:,.0f} tokens" in legend
@@ -121,7 +128,9 @@ def test_plot_projection_draws_the_cost_model_and_one_shared_knee():
     assert ax.get_ylim() == pytest.approx((low / 1.25, high * 1.25))
     fig = ax.figure
     fig.canvas.draw()
-    assert ax.get_legend().get_window_extent().y1 < ax.get_window_extent().y0  # below the axes
+    legend, frame = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 > frame.x1  # one column right of the axes, never over the curves
+    assert frame.width > 0.55 * fig.bbox.width  # the axes keep most of the figure's width
     plt.close(fig)
 
 

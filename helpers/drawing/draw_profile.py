@@ -184,9 +184,10 @@ _MARKERS = ("o", "s", "^", "D", "v", "P")
 #: The knee lines' style on the first, second, ... link: the scaling book's C/W is "-.".
 _KNEE_STYLES: tuple[Any, ...] = (":", "--", (0, (4, 1.5, 1, 1.5, 1, 1.5)))
 
-#: The knee lines' colours, greys (one per distinct knee of a link), never a case's colour:
-#: a dashed knee in a curve's colour would read as that case's curve on the dashed link.
-_KNEE_GREYS = ["0.25", "0.5", "0.7"]
+#: The knee lines' colours, mid to light greys (one per distinct knee of a link), never a
+#: case's colour (a dashed knee in a curve's colour would read as that case's curve on the
+#: dashed link) and never near black, the scaling book's C/W line.
+_KNEE_GREYS = ["0.5", "0.62", "0.74"]
 
 
 def _draw_marks(ax: Any, marks: list[tuple[float, str, str, Any]]) -> None:
@@ -241,6 +242,7 @@ def plot_projection(
     bytes_per_param: float = 4,
     tokens: Any = None,
     scaling_book: float | None = None,
+    point: tuple[float, float, str] | None = None,
     ax: Any = None,
 ) -> Any:
     """Projected step time (``cost_model.step_cost``) against tokens per device. Returns the Axes.
@@ -250,20 +252,21 @@ def plot_projection(
     never at the same point, so that lines that coincide over part of the range all stay
     visible; cases whose lines coincide everywhere share one (``a = b``). A link is a
     bandwidth (bytes/s one way, no latency) or a ``cost_model.Network``. The thick grey
-    line is compute alone (the thin dotted one, with remat's recompute). A thin grey vertical line
+    line is compute alone (the thin solid one, with remat's recompute). A thin grey vertical line
     marks each distinct knee on each link, dotted on the first link, dashed on the second
     (its legend entry names the link), and
     ``scaling_book`` (tokens) draws the scaling book's C/W, each named in the legend with
-    its value. The curves leave out
-    the optimizer step, which the title says; the y-range is the curves' own; the legend
-    sits below the axes, its handles long enough (``_LEGEND_HANDLE_LENGTH``) to show each
-    line's dashes.
+    its value; ``point``, ``(tokens, ms, label)``, draws a black cross named in the legend.
+    The curves leave out the optimizer step, which the title says; the y-range is the
+    curves' own; the legend is one column right of the axes, which keep most of the
+    figure's width, its handles long enough (``_LEGEND_HANDLE_LENGTH``) to show each line's
+    dashes.
     """
     import matplotlib.pyplot as plt
 
     cases = [_as_case(c) for c in cases]
     if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 5.6), layout="constrained")
+        _, ax = plt.subplots(figsize=(11, 4.8), layout="constrained")
     tokens = np.geomspace(128, 131072, 64) if tokens is None else np.asarray(tokens, dtype=float)
     compute = tokens * cm.flops_per_token(cfg).total / flops_per_s
     ax.plot(tokens, compute * 1e3, color="0.6", lw=4, alpha=0.6, label="compute alone")
@@ -271,7 +274,7 @@ def plot_projection(
     if any(case.remat for case in cases):
         remat_compute = tokens * cm.flops_per_token(cfg, remat=True).total / flops_per_s
         ax.plot(
-            tokens, remat_compute * 1e3, color="0.6", lw=1.5, ls=(0, (1, 2)),
+            tokens, remat_compute * 1e3, color="0.6", lw=1.5,
             label="compute alone, remat (8/6)",
         )  # fmt: skip
         drawn.append(remat_compute)
@@ -297,6 +300,8 @@ def plot_projection(
     if scaling_book is not None:
         marks.append((scaling_book, "scaling book C/W", "k", "-."))
     _draw_marks(ax, marks)
+    if point is not None:
+        ax.plot([point[0]], [point[1]], "kx", ms=10, mew=2, label=point[2])
     # the y-range the curves take, and a little room: no empty band above or below them
     low, high = min(float(y.min()) for y in drawn), max(float(y.max()) for y in drawn)
     ax.set_ylim(low * 1e3 / 1.25, high * 1e3 * 1.25)
@@ -312,7 +317,7 @@ def plot_projection(
     )
     ax.title.set_fontsize(10)
     ax.legend(
-        fontsize=_FONT, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2,
+        fontsize=_FONT, loc="center left", bbox_to_anchor=(1.02, 0.5), ncols=1,
         handlelength=_LEGEND_HANDLE_LENGTH,
     )  # fmt: skip
     ax.grid(True, which="both", alpha=0.2)
