@@ -104,6 +104,21 @@ def test_program_summary_shows_one_readable_hlo_line_per_collective_and_says_wha
     assert "names no pass" in format_programs({"cpu": compiled})
 
 
+def test_a_long_hlo_line_keeps_what_its_fusion_calls():
+    """XLA:TPU's reduce-scatter is a fusion whose ``calls=%all-reduce-scatter`` ends a long
+    line: the cut line keeps it, so notebook 07 can print what the fusion calls."""
+    from helpers.measuring.topology import _trimmed
+
+    operands = ", ".join(f"%get-tuple-element.{i}" for i in range(40))
+    line = f"  %fusion.3 = (f32[8,8]) fusion({operands}), kind=kCustom, calls=%all-reduce-scatter.5"
+    cut = _trimmed(line)
+    assert cut.startswith("%fusion.3 = (f32[8,8]) fusion(%get-tuple-element.0")
+    assert cut.endswith(" ... calls=%all-reduce-scatter.5") and len(cut) < len(line.strip())
+    short = "%fusion.4 = f32[8] fusion(%p), kind=kLoop, calls=%fused_computation.2"
+    assert _trimmed(short) == short
+    assert _trimmed(f"%x = f32[8] add({operands})") == f"%x = f32[8] add({operands})"[:300]
+
+
 @needs_libtpu
 def test_a_program_too_big_for_the_chip_is_refused_with_what_it_needed():
     import jax

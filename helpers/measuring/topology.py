@@ -161,7 +161,8 @@ def program_summary(compiled: Any) -> dict[str, Any]:
     issued as an async ``-start``/``-done`` pair, or started inside a fused computation
     that runs beside them (XLA:TPU's ``AsyncCollectiveStart``); ``memory``: ``step_memory``;
     ``hlo``: per kind, its first line in the program, for reading (no memory layouts,
-    metadata, backend configuration or channel ids; cut at 300 characters).
+    metadata, backend configuration or channel ids; cut at 300 characters, keeping its
+    ``calls=`` attribute).
 
     An op's phase comes from its ``op_name`` metadata; an op whose metadata names neither
     ``jvp(...)`` nor ``transpose(...)`` (jax 0.12.1's all-gathers of an FSDP step name the
@@ -208,10 +209,16 @@ def _example_kind(line: str) -> str | None:
 
 
 def _trimmed(line: str) -> str:
-    """An HLO line for reading: no layouts, metadata, backend configuration or channel ids."""
+    """An HLO line for reading: no layouts, metadata, backend configuration or channel ids;
+    cut at 300 characters, then its ``calls=`` attribute, if it has one, after `` ... ``
+    (what a fusion calls, such as XLA:TPU's ``%all-reduce-scatter``, ends a long line)."""
     from helpers.measuring.measure import _HLO_LAYOUT, _without_annotations
 
-    return _HLO_LAYOUT.sub("", _without_annotations(line.strip()))[:300]
+    text = _HLO_LAYOUT.sub("", _without_annotations(line.strip()))
+    calls = re.search(r"\bcalls=%[\w.-]+", text)
+    if len(text) <= 300 or calls is None or calls.start() < 300:
+        return text[:300]
+    return f"{text[:300]} ... {calls.group(0)}"
 
 
 def format_programs(programs: dict[str, Any], memory: bool = True) -> str:
