@@ -1,8 +1,9 @@
 """The planner against published, measured training runs (``helpers.planning.runs``).
 
 For each run: the planner calls "fits" every configuration that trained, unless its source
-says it ran near its memory's limit (``memory_edge``, quoted with its link: Llama 3 405B's
-three runs, "tight"), and "out of memory" the two its source says did not fit (GPT 530B under
+says this configuration ran near its memory's limit (``memory_edge`` quoted with its link and
+``memory_edge_own``: Llama 3 405B's two 8K runs, "tight") or states no recompute setting
+(``remat_stated`` False: the 128K run, "not judged" in ``runs_table``), and "out of memory" the two its source says did not fit (GPT 530B under
 ZeRO-3 counts 83.3 GB against the 85.9e9 bytes an A100 80GB reports, and with its gradients and
 activations times the floor of ZeRO-3 with full recompute, x1.13 from torchtitan's measured
 peaks, it needs more; issue 53); its optimistic MFU (counted as the
@@ -74,10 +75,52 @@ def test_the_memory_verdict_agrees_with_the_source(key: str) -> None:
     plan = plan_published_run(run)
     if run.outcome == "oom":
         assert plan.memory_verdict == "out of memory", (key, plan.per_device_bytes)
-    elif run.memory_edge:
+    elif run.memory_edge_own:
         assert plan.memory_verdict in ("fits", "tight"), (key, plan.per_device_bytes)
-    else:
+    elif run.remat_stated:
         assert plan.memory_verdict == "fits", (key, plan.per_device_bytes, plan.margin_source)
+
+
+def _unsourced(rows: list[dict]) -> list[str]:
+    """The rule notebooks 13a and 13b assert: a run that trained and is not "fits" is either
+    "not judged" because its source states no recompute setting, or has a source about its own
+    configuration saying it ran at the edge (a note about a sibling run does not count)."""
+    return [
+        r["key"]
+        for r in rows
+        if r["outcome"] == "trained"
+        and r["memory_verdict"] != "fits"
+        and not (r["memory_verdict"] == "not judged" and not r["remat_stated"])
+        and not (r["memory_edge_own"] and r["memory_edge"])
+    ]
+
+
+def test_no_trained_run_is_tight_without_a_source_about_that_run() -> None:
+    rows = runs_table()
+    assert _unsourced(rows) == []
+    assert all((r["memory_verdict"] == "not judged") == (not r["remat_stated"]) for r in rows)
+    assert {r["key"] for r in rows if r["memory_verdict"] == "not judged"} == {
+        "llama3-405b-128k-cp16"
+    }
+
+
+def test_the_rule_rejects_a_note_about_a_sibling_run() -> None:
+    """The 128K run's note quotes the paper on 8K tokens: had its recompute setting been
+    taken as stated ("none"), it would be tight with a note not about itself, and the rule
+    fails."""
+    import dataclasses
+
+    run = dataclasses.replace(RUNS["llama3-405b-128k-cp16"], remat_stated=True)
+    assert run.memory_edge and not run.memory_edge_own
+    row = runs_table((run,))[0]
+    assert row["memory_verdict"] == "tight" and _unsourced([row]) == [run.key]
+
+
+@pytest.mark.parametrize("key", sorted(k for k, r in RUNS.items() if r.memory_edge_own))
+def test_an_own_edge_needs_a_note_that_states_something(key: str) -> None:
+    says = RUNS[key].memory_edge_says
+    assert RUNS[key].memory_edge and "states no" not in says and "8K" in says
+    assert RUNS[key].seq == 8192
 
 
 @pytest.mark.parametrize("key", sorted(k for k, r in RUNS.items() if r.memory_edge))

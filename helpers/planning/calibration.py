@@ -149,13 +149,19 @@ def calibrate(runs: tuple[Any, ...]) -> Calibration | None:
     return Calibration(factor, error, rms, keys, loo, bounds, achieved)
 
 
+NOT_JUDGED = "not judged"  # runs_table's memory verdict for a run whose recompute is not stated
+
+
 def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
     """One row per published run: its key, name, source, outcome, achieved MFU, the planner's
     optimistic MFU (``"optimistic"``, in the run's own MFU convention; ``"bound"`` is the
     same value under its old name), its leave-one-out expected MFU, the memory verdict (with
     the calibrated margin), the source's statement that it ran near its memory's limit
     (``"memory_edge"``, empty if none) and what it says of this run's configuration
-    (``"memory_edge_says"``), and the optimistic MFU's ratio to the achieved MFU."""
+    (``"memory_edge_says"``), and the optimistic MFU's ratio to the achieved MFU. A run whose
+    source states no recompute setting (``"remat_stated"`` False) gets ``NOT_JUDGED`` as its
+    memory verdict: its plan's verdict would judge the planner's choice, not the run;
+    ``"memory_edge_own"`` says whether the memory note speaks of this run's own configuration."""
     runs = published_runs() if runs is None else runs
     cal = calibrate(runs)
     rows = []
@@ -163,13 +169,16 @@ def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
         plan = plan_published_run(run)
         bound = bound_as_published(run, plan)
         achieved = run.achieved_mfu
+        stated = getattr(run, "remat_stated", True)
         rows.append({
             "key": run.key, "name": run.name, "source": run.source, "outcome": run.outcome,
             "hardware": run.hardware, "achieved": achieved,
             "optimistic": bound, "bound": bound,
             "expected": cal.loo.get(run.key) if cal else None,
-            "memory_verdict": plan.memory_verdict, "memory_edge": getattr(run, "memory_edge", ""),
+            "memory_verdict": plan.memory_verdict if stated else NOT_JUDGED,
+            "remat_stated": stated, "memory_edge": getattr(run, "memory_edge", ""),
             "memory_edge_says": getattr(run, "memory_edge_says", ""),
+            "memory_edge_own": getattr(run, "memory_edge_own", False),
             "ratio": bound / achieved if achieved else None,
         })  # fmt: skip
     return rows

@@ -11,10 +11,13 @@ where its numbers are; ``assumptions`` says every setting the source leaves out 
 chosen; ``mfu_note`` says how ``achieved_mfu`` was obtained. For the memory verdict (issue 53),
 ``loss`` says how a run computes its loss over the vocabulary, ``precision`` "bf16 pure" marks
 a run whose weights and Adam state are bf16 (NeMo Automodel's, read in its model code), and
-``memory_edge`` quotes, with its link, a source that says its run was near its memory's limit
-(Llama 3's three runs): only such a run that trained may be called "tight";
-``memory_edge_says`` is the part of it about that run's own configuration (for the 128K run,
-that the paper states no recompute setting).
+``memory_edge`` quotes, with its link, a source that says a run was near its memory's limit
+(Llama 3's three runs), ``memory_edge_own`` is True only where that source speaks of this
+run's own configuration (Llama 3's two 8K runs): only such a run that trained may be called
+"tight"; ``memory_edge_says`` is the part of it about that run's own configuration (for the
+128K run, that the paper states no recompute setting). ``remat_stated`` is False where the
+source states no recompute setting (the 128K run): the planner plans the chosen one for its
+MFU, but gives no memory verdict ("not judged" in ``runs_table``).
 
 How the numbers were checked:
 
@@ -106,6 +109,12 @@ class PublishedRun:
     # for it (Llama 3's 128K run: the paper's sentence is about 8K tokens). Empty where
     # ``memory_edge`` is.
     memory_edge_says: str = ""
+    # True only where ``memory_edge``'s source speaks of this run's own configuration (its
+    # sequence length and layout), not of a sibling run's.
+    memory_edge_own: bool = False
+    # False where the source states no recompute setting: ``remat`` is then a choice, and the
+    # planner gives no memory verdict for the run ("not judged", ``runs_table``).
+    remat_stated: bool = True
     # How the run's framework issues its data-parallel collectives (the planner's
     # ``helpers.planning.layout.DP_ISSUES``: "layer", "bucket" of ``bucket_mib`` MiB,
     # "tensor", "whole"), where the source or its code says; "layer" otherwise.
@@ -750,6 +759,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         "No activation checkpointing at 8K (Section 3.3.2).",
         memory_edge=_LLAMA3_EDGE,
         memory_edge_says=_LLAMA3_EDGE_8K,
+        memory_edge_own=True,
         independent_source="Meta",
     ),
     PublishedRun(
@@ -777,6 +787,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         "(Section 3.3.2).",
         memory_edge=_LLAMA3_EDGE,
         memory_edge_says=_LLAMA3_EDGE_8K,
+        memory_edge_own=True,
         independent_source="Meta",
     ),
     PublishedRun(
@@ -805,11 +816,13 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         "GPUs and 16 x 8 x 131,072 = 16.8M tokens ('16M') agree only with 8. Global batch "
         "16 x 8 = 128 sequences. CP all-gathers K and V (Section 3.3.2, 'Context parallelism'), "
         "the sequence cut in 2 x CP chunks. Activation checkpointing at 128K not stated: 'none' "
-        "chosen, as at 8K (each CP rank holds 8,192 tokens).",
+        "chosen for the MFU, as at 8K (each CP rank holds 8,192 tokens); no memory verdict "
+        "(remat_stated False).",
         memory_edge=_LLAMA3_EDGE
         + "; with CP 16 each rank holds 8,192 of the 131,072 tokens, the 8K runs' "
         "activations per layer",
         memory_edge_says=_LLAMA3_EDGE_128K,
+        remat_stated=False,
         independent_source="Meta",
     ),
     # -- MosaicML llm-foundry benchmarks: FSDP FULL_SHARD ------------------------------------
