@@ -362,7 +362,7 @@ def submitted(slurm_up, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def killed(slurm_up, tmp_path_factory):
-    """Task 1 killed (SIGKILL, from outside, as a failed node would) inside the save of step 4."""
+    """Task 1 killed (SIGKILL, from outside: a crashed process, not a lost node) inside the save of step 4."""
 
     def run(d: Path) -> dict:
         job, command = _submit(d, ["--hold-save", str(HOLD)])
