@@ -10,10 +10,12 @@ this module plans the point's own layout and takes the ratio
 the factor by which the real step exceeded the planner's count of what changes during a
 step. Points are grouped into **classes**: the runtime (``"gpu"``, PyTorch's caching
 allocator; ``"tpu"``, XLA:TPU's compiler), the ZeRO stage and the recompute schedule. A
-class's **margin** is its largest ratio (so every measured peak of the class lies within
-"fits"), and never less than 1: a margin never grants "fits" to a plan whose count alone
-overflows HBM, even where a class's peaks fell below the count (the one step measured on a
-TPU v5e chip, ratio 0.711, planned with 2 bytes per parameter more than its program held).
+class's **margin** is its largest ratio, rounded up (so each point's count, gradients and
+activations times the margin, is at least its peak; that is not "fits": on the hardware a
+point records, its verdict may still be "tight" or "out of memory"), and never less than 1:
+a margin never grants "fits" to a plan whose count alone overflows HBM, even where a class's
+peaks fell below the count (the one step measured on a TPU v5e chip, ratio 0.711, planned
+with 2 bytes per parameter more than its program held).
 Its **floor** is its smallest ratio: a plan whose count, with its gradients and activations
 times the floor, exceeds HBM is "out of memory" (``estimate.memory_verdict``), between the
 two "tight".
