@@ -56,9 +56,9 @@ def test_bad_points_get_a_clear_error(points, match):
 
 
 def test_a_note_is_written_beside_its_point():
-    ax = plot_memory_vs_traffic(POINTS, notes={"fsdp": "this CPU all-reduces"})
+    ax = plot_memory_vs_traffic(POINTS, notes={"fsdp": "XLA:CPU all-reduces"})
     try:
-        note = next(t for t in ax.texts if t.get_text() == "this CPU all-reduces")
+        note = next(t for t in ax.texts if t.get_text() == "XLA:CPU all-reduces")
         assert note.xy == pytest.approx((3.0, 0.4)) and note.get_style() == "italic"
     finally:
         plt.close(ax.figure)
