@@ -212,9 +212,11 @@ ADAM_BYTES_PER_PARAM = 28
 #: ``N-1`` (all-gather, reduce-scatter) or ``2(N-1)`` (all-reduce), ``nInterSteps`` = ``M-1``
 #: or ``2(M-1)`` over ``M`` nodes. Tree: ``baseLat + 2 ((N/M - 1) x intra + log2i(M) x
 #: inter)``. Left out: the network's own latency (``latencyInter``, 0 unless the network
-#: plugin reports one), the per-step CPU overhead across nodes (3 us on x86 for Simple,
-#: below NVLink's 3.4), the LL and LL128 protocols (lower latency, lower bandwidth: NCCL
-#: picks them for messages of kilobytes), and NVLS, CollNet and PAT.
+#: plugin reports one; Simple adds it twice), the floor that a ring spanning nodes puts
+#: under every intra-node step (``max(intra, 3 x getNetOverhead())`` for Simple: 3 us on
+#: Intel x86 and other CPUs, below NVLink's 3.4; 6 us on AMD x86, above it), the LL and
+#: LL128 protocols (lower latency, lower bandwidth: NCCL picks them for messages of
+#: kilobytes), and NVLS, CollNet and PAT.
 NCCL_RING_LATENCY_2_27 = (8.4e-6, 3.4e-6, 14.0e-6)
 NCCL_RING_LATENCY = NCCL_RING_LATENCY_2_27
 NCCL_TREE_LATENCY_2_27 = (8.4e-6, 4.0e-6, 14.0e-6)
@@ -234,7 +236,8 @@ class Network(NamedTuple):
     nodes (see ``NCCL_RING_LATENCY``); zeros leave latency out.
     ``cross_node``: what a collective over ``M`` nodes sends out of each node:
     ``"hierarchical"``, ``(M-1)/M`` of the array (the scaling book's model), or ``"flat"``,
-    ``(N-1)/N`` of it (one NCCL ring through every GPU).
+    ``(N-1)/N`` of it (one NCCL ring through every GPU; priced at ``node_bw``, which
+    assumes as many rings, NCCL channels, as NICs).
     ``tree``: NCCL's tree latencies (per collective, per hop inside a node, per hop across
     nodes; ``NCCL_TREE_LATENCY_2_27``), or None: every collective runs on a ring.
     """
