@@ -1695,8 +1695,8 @@ def _guide_arrow(
 def _guide_below_the_knee(ax: Axes, xy: tuple[float, float]) -> None:
     """The strategy guide's remedies for a step below the knee, DP's or FSDP's, a box at ``xy``.
 
-    A second axis splitting the parameters (each one, or the layers or experts) cuts DP's all-reduce and FSDP's gathers alike
-    (the scaling book's GPU chapter, "Reductions when array is sharded over a separate axis";
+    A second axis splitting the parameters (each one, or the layers or experts) cuts DP's
+    all-reduce and FSDP's gathers alike (the scaling book's GPU chapter, "Reductions when array is sharded over a separate axis";
     its LLaMA-3 example: "The 16-way PP reduces the cost of the data parallel AllReduce by
     16x"). Inside the node it cuts the bytes on the node's links but not across nodes; model
     parallelism spanning nodes cuts those (its Pop Quiz 3 and TLDR). Pipelining "usually makes

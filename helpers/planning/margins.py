@@ -130,9 +130,10 @@ def _fallback(runtime: str, zero: int, remat: str) -> Margin:
     )
     ratios = [x for (_, _, r), pts in classes.items() if r == near for _, x in pts]
     top = max(ratios)
+    margin = max(1.0, _up(top))  # never below the count alone
     return Margin(
-        max(1.0, _up(top)), 1.0,
-        f"x{max(1.0, _up(top)):.2f}: {what}; the largest ratio of the nearest schedule measured, remat "
+        margin, 1.0,
+        f"x{margin:.2f}: {what}; the largest ratio of the nearest schedule measured, remat "
         f"{near} ({len(ratios)} points, {min(ratios):.3f} to {top:.3f}); floor x1, the count alone",
     )  # fmt: skip
 
@@ -151,11 +152,12 @@ def margin_for(hardware: Hardware, zero: int, remat: str) -> Margin:
         if hi >= 1
         else f"the count alone (no margin below 1), above the {len(values)} measured peaks' ratios"
     )
+    margin, floor = max(1.0, _up(hi)), math.floor(lo * 100) / 100  # margin: never below 1
     return Margin(
-        max(1.0, _up(hi)), math.floor(lo * 100) / 100,
-        f"x{max(1.0, _up(hi)):.2f}: {what} for "
+        margin, floor,
+        f"x{margin:.2f}: {what} for "
         f"{_STAGES[zero]} with remat {remat} on a {runtime.upper()}, {lo:.3f} to {hi:.3f} "
-        f"(helpers.planning.peaks); below x{math.floor(lo * 100) / 100:.2f}, out of memory",
+        f"(helpers.planning.peaks); below x{floor:.2f}, out of memory",
         tuple(points),
     )  # fmt: skip
 
