@@ -50,6 +50,8 @@ _WORDS = {
         "colon": ": ",
         "stop": ".",
         "space": " ",
+        "devices": "This exercise needs {n} or more devices and this run has {have}: on simulated "
+        "CPU devices, run with NUM_DEVICES=8 and HELPERS_REAL_DEVICES unset.",
     },
     "zh": {
         "stub": f"{NOT_ATTEMPTED_ZH}：把上面单元格里的 ... 换成你的答案，运行那个单元格，再运行本单元格。",
@@ -61,6 +63,8 @@ _WORDS = {
         "colon": "：",
         "stop": "。",
         "space": "",
+        "devices": "这个练习需要至少 {n} 个设备，本次运行只有 {have} 个：在模拟 CPU 设备上，"
+        "请设置 NUM_DEVICES=8、不设 HELPERS_REAL_DEVICES 后重新运行。",
     },
 }
 _WIDTH = 100
@@ -209,6 +213,7 @@ def check(
     *,
     hint: str = "",
     right: str = "",
+    needs_devices: int = 1,
 ) -> None:
     """Check a learner's answer to an exercise; print the verdict; never raise.
 
@@ -221,11 +226,20 @@ def check(
         and its one line is printed.
       hint: what to look at again, printed with a wrong answer.
       right: a sentence printed with a right answer: what it shows.
+      needs_devices: the fewest devices (``jax.device_count()``) on which ``verify`` can tell
+        a right answer from a wrong one; with fewer, an answer gets a sentence saying so, not
+        a verdict (the stub still gets ``not attempted yet``).
     """
     words = _WORDS[_language(hint, right)]
     if is_stub(answer):
         print(words["stub"])
         return
+    if needs_devices > 1:
+        import jax
+
+        if (have := jax.device_count()) < needs_devices:
+            print(_wrap(words["devices"].format(n=needs_devices, have=have)))
+            return
     hint_line = f"\n{words['hint']}{hint}" if hint else ""
     try:
         verdict = verify(answer)

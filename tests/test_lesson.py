@@ -93,6 +93,22 @@ def test_check_says_not_attempted_for_the_stub_and_never_calls_verify(capsys):
     assert capsys.readouterr().out.startswith(NOT_ATTEMPTED)
 
 
+def test_check_steps_aside_below_needs_devices_but_not_for_the_stub(capsys):
+    import jax
+
+    have = jax.device_count()
+    check(4, lambda a: 1 / 0, right="4 devices", needs_devices=have + 1)
+    out = capsys.readouterr().out
+    assert f"needs {have + 1} or more devices and this run has {have}" in out
+    assert WRONG not in out and "NUM_DEVICES=8" in out
+    check(..., lambda a: 1 / 0, needs_devices=have + 1)
+    assert capsys.readouterr().out.startswith(NOT_ATTEMPTED)
+    check(4, lambda a: a == 4, right="4 devices", needs_devices=have)  # enough devices: a verdict
+    assert "4 devices" in capsys.readouterr().out
+    check(4, lambda a: 1 / 0, right="四个设备", needs_devices=have + 1)
+    assert "这个练习需要至少" in capsys.readouterr().out
+
+
 def test_check_rejects_with_the_hint_and_confirms_with_the_reason(capsys):
     check(3, lambda a: a == 4, hint="count the devices", right="4 devices")
     check(4, lambda a: a == 4, hint="count the devices", right="4 devices")
