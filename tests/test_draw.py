@@ -708,6 +708,14 @@ def test_strategy_guide_names_every_strategy_and_question():
     assert "across nodes" in tp and "leaves its cross-node bytes" in tp
     assert "fewer, fatter shards" not in texts
     assert sum(t == "no" for t in labels) == 2  # one device's memory, and the knee
+    # the N-way memory holds for the program that frees each layer: a scan (notebook 03 §5)
+    split = next(t for t in flat if t.startswith("Does it fit split N ways?"))
+    assert "frees each layer" in split and "scan, notebook 03 §5" in split
+    # the first decision's "no" and the second's "no: 16·P / N alone" are apart, not a cluster
+    first_no = max((t for t in ax.texts if t.get_text() == "no"), key=lambda t: t.get_position()[1])
+    split_no = next(t for t in ax.texts if t.get_text().startswith("no: 16·P / N"))
+    gap = split_no.get_position()[0] - first_no.get_position()[0]
+    assert gap > 2.5, (first_no.get_position(), split_no.get_position())
     plt.close(ax.figure)
 
 

@@ -1743,7 +1743,8 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
         "(the same knee as FSDP's)", answer("#cfe8cf"))  # fmt: skip
     box(
         (9.4, 4.65),
-        "Does it fit split N ways?\n16·P / N + one gathered layer + activations\n(FSDP that frees each layer after use)",
+        "Does it fit split N ways?\n16·P / N + one gathered layer + activations\n"
+        "(FSDP that frees each layer after use:\nthe layers in a scan, notebook 03 §5)",
         question,
         11,
         "bold",
@@ -1762,12 +1763,12 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
 
     arrow((6.5, 7.42), (6.5, 6.72))
     arrow((5.2, 6.18), (3.1, 5.02), "yes", (3.9, 5.8))
-    arrow((7.8, 6.18), (8.9, 5.02), "no", (8.65, 5.75))
-    arrow((8.7, 4.28), (7.9, 3.18), "yes", (8.05, 3.8))
+    arrow((7.8, 6.18), (8.85, 5.3), "no", (8.6, 5.85))
+    arrow((8.7, 4.08), (7.9, 3.18), "yes", (8.05, 3.72))
     box((11.6, 6.5), "fewer bytes per parameter:\nAdam in 8 bits, or Adafactor;\n"
         "more devices; or offload\nthe state to CPU memory", answer("#eeeeee"), 10)  # fmt: skip
-    arrow((10.3, 5.1), (11.2, 5.8), "no: 16·P / N alone\ndoes not fit", (10.0, 5.7))
-    arrow((10.4, 4.28), (10.9, 1.95), "no: one layer\nis too big to\ngather whole", (11.85, 3.0))
+    arrow((10.3, 5.25), (11.3, 6.0), "no: 16·P / N alone\ndoes not fit", (11.95, 5.45))
+    arrow((10.4, 4.08), (10.9, 1.95), "no: one layer\nis too big to\ngather whole", (11.85, 3.0))
     arrow((7.0, 2.42), (6.7, 2.05), "yes", (7.2, 2.2))
     arrow((5.15, 2.7), (3.75, 2.25), "no", (4.5, 2.75))
     arrow((1.2, 3.32), (1.2, 2.42), "below\nthe knee", (0.55, 2.87))
