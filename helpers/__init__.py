@@ -467,9 +467,9 @@ _LAZY_MODULES = {
     ),
     "helpers.planning.calibration": (
         "Calibration",
-        "bound_as_published",
         "calibrate",
         "default_calibration",
+        "optimistic_as_published",
         "plan_published_run",
         "published_runs",
         "run_hardware",
@@ -886,9 +886,9 @@ __all__ = [
     "tensors_per_layer",
     # planning/calibration
     "Calibration",
-    "bound_as_published",
     "calibrate",
     "default_calibration",
+    "optimistic_as_published",
     "plan_published_run",
     "published_runs",
     "run_hardware",

@@ -95,7 +95,10 @@ def test_the_lines_are_optimistic_equals_achieved_and_the_band() -> None:
     assert list(y2) == pytest.approx([1.6 * x for x in x2])
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     # issue 53: both markers are read against the solid line, so it names neither alone
-    assert labels[:2] == ["estimate = achieved", "optimistic = 1.6 x achieved"]
+    assert labels[:2] == ["planner = achieved", "optimistic = 1.6 x achieved"]
+    # the hardware's key draws the points' own circles, not squares
+    markers = {h.get_marker() for h in ax.get_legend().legend_handles}
+    assert markers - {"None"} == {"o"}
     plt.close(fig)
 
 

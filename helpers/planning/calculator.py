@@ -149,10 +149,11 @@ def _place_labels(fig: Figure, ax: Axes, points: list[tuple[str, float, float]],
 def draw_published_runs(rows: Sequence[dict[str, Any]], band: float = 1.6) -> Figure:
     """The planner against published runs: for each run that trained, its optimistic MFU
     (filled; ``helpers.planning.estimate``) and its expected MFU fitted without it (hollow)
-    against the MFU it achieved, with the lines estimate = achieved (read for both markers)
+    against the MFU it achieved, with the lines planner = achieved (read for both markers)
     and optimistic = ``band`` x achieved; each run numbered as in ``rows``
     (``helpers.planning.calibration.runs_table()``), named in a key below, the runs that did
-    not fit listed there in red with the planner's verdict. Labels are 9 pt and never overlap.
+    not fit listed there in red with the planner's verdict; the hardware's key uses the points'
+    circles. Labels are 9 pt and never overlap.
 
     Raises:
       ValueError: ``rows`` holds no run that trained, or a row lacks a key ``runs_table``
@@ -217,12 +218,12 @@ def _draw_runs(ax: Axes, trained: list[dict[str, Any]], band: float) -> None:
     ax.set_ylabel("MFU the planner gives", fontsize=10)
     ax.tick_params(labelsize=9)
     handles = [
-        Line2D([], [], color="0.3", lw=1, label="estimate = achieved"),
+        Line2D([], [], color="0.3", lw=1, label="planner = achieved"),
         Line2D([], [], color="0.3", lw=1, ls="--", label=f"optimistic = {band:g} x achieved"),
         Line2D([], [], marker="o", color="0.4", ls="", label="optimistic MFU"),
         Line2D([], [], marker="o", mfc="white", color="0.4", ls="",
                label="expected MFU (fitted without the run)"),
-        *[Line2D([], [], marker="s", color=c, ls="", label=hw.split("-")[0].upper())
+        *[Line2D([], [], marker="o", color=c, ls="", label=hw.split("-")[0].upper())
           for hw, c in _HW_COLORS.items()],
     ]  # fmt: skip
     ax.legend(handles=handles, loc="lower right", fontsize=9, frameon=False)

@@ -91,7 +91,7 @@ def plan_published_run(run: Any) -> Plan:
     return estimate(model, hardware, layout, margin=margin_for(hardware, layout.zero, layout.remat))
 
 
-def bound_as_published(run: Any, plan: Plan | None = None) -> float:
+def optimistic_as_published(run: Any, plan: Plan | None = None) -> float:
     """The planner's optimistic MFU for ``run``, counted the way the run's source counts MFU:
     PaLM's full score matrix (the planner's own convention), or its causal half where the
     run says ``attention_flops == "causal"``."""
@@ -132,7 +132,7 @@ def calibrate(runs: tuple[Any, ...]) -> Calibration | None:
     for run in runs:
         if run.outcome != "trained" or not run.achieved_mfu:
             continue
-        bounds[run.key] = bound_as_published(run)
+        bounds[run.key] = optimistic_as_published(run)
         achieved[run.key] = float(run.achieved_mfu)
     keys = tuple(bounds)
     if len(keys) < 3:
@@ -167,7 +167,7 @@ def runs_table(runs: tuple[Any, ...] | None = None) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
         plan = plan_published_run(run)
-        bound = bound_as_published(run, plan)
+        bound = optimistic_as_published(run, plan)
         achieved = run.achieved_mfu
         stated = getattr(run, "remat_stated", True)
         rows.append({
@@ -191,6 +191,6 @@ def default_calibration() -> Calibration | None:
 
 
 __all__ = [
-    "Calibration", "bound_as_published", "calibrate", "default_calibration", "plan_published_run", "published_runs",
-    "run_hardware", "run_layout", "runs_table",
+    "Calibration", "calibrate", "default_calibration", "optimistic_as_published", "plan_published_run",
+    "published_runs", "run_hardware", "run_layout", "runs_table",
 ]  # fmt: skip
