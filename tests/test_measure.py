@@ -319,6 +319,18 @@ def test_live_memory_itemises_the_peak():
             live.largest_at_peak(bad)
 
 
+def test_live_memory_lists_any_step():
+    """alive_at lists the buffers alive after any step, summing to that step's total; a
+    step outside the schedule is a clear error."""
+    live = live_memory(HLO_LIVE)
+    for t, total in enumerate(live.totals):
+        assert sum(b.nbytes for b in live.alive_at(t)) == total
+    assert [b.kind for b in live.alive_at(1)] == [next(k for k, v in live.steps[1].items() if v)]
+    for bad in (-1, len(live.steps), 1.0, True, "2"):
+        with pytest.raises(ValueError, match="step must be an index of steps"):
+            live.alive_at(bad)
+
+
 def _mlp_step(mesh, **changes):
     import dataclasses
 

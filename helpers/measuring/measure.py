@@ -802,8 +802,23 @@ class LiveMemory:
         totals = self.totals
         if not totals or not self.held:
             return []
-        alive = _flatten(self.held[totals.index(max(totals))])
-        return sorted(alive, key=lambda b: -b.nbytes)[:n]
+        return self.alive_at(totals.index(max(totals)))[:n]
+
+    def alive_at(self, step: int) -> list[LiveBuffer]:
+        """Every buffer alive after the ``step``-th instruction of ``steps``, largest first
+        (their bytes sum to ``totals[step]``); empty when the replay kept no buffers (an
+        empty step).
+
+        Raises:
+          ValueError: ``step`` is not an index of ``steps`` (0 to ``len(steps) - 1``).
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(self.steps):
+            raise ValueError(
+                f"alive_at: step must be an index of steps, 0 to {len(self.steps) - 1}, got {step!r}."
+            )
+        if not self.held:
+            return []
+        return sorted(_flatten(self.held[step]), key=lambda b: -b.nbytes)
 
     @property
     def most(self) -> dict[str, int]:
