@@ -1744,7 +1744,7 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
     box(
         (9.4, 4.65),
         "Does it fit split N ways?\n16·P / N + one gathered layer + activations\n"
-        "(FSDP that frees each layer after use:\nthe layers in a scan, notebook 03 §5)",
+        "(FSDP that frees each layer after use:\nthe layers in a scan, notebook 03 §5, on XLA:CPU)",
         question,
         11,
         "bold",
