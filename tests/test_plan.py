@@ -156,7 +156,7 @@ def test_the_table_states_the_margin_the_optimistic_and_the_expected_mfu() -> No
     # issue 53: the margin is calibrated (ZeRO-3 without remat has no measured GPU peak: the
     # nearest schedule's, torchtitan's per-op policy, 1.058 to 1.165), and the table says so
     assert "fits" in text and "with the margin (x1.17" in text
-    assert "no measured peak for ZeRO-3 with remat none" in text and "1.058 to 1.165" in text
+    assert "no calibration point for ZeRO-3 with remat none" in text and "1.058 to 1.165" in text
     assert "MFU               optimistic" in text and "expected" in text
     assert "bound" not in text  # issue 53: it is not one
     assert "axis dp" in text

@@ -148,7 +148,7 @@ def test_the_chip_point_is_the_committed_measurement() -> None:
 def test_a_class_without_a_point_says_so_and_falls_back_to_the_nearest_schedule() -> None:
     m = margin_for(HARDWARE["h100"], 2, "none")
     assert m.floor == 1.0 and m.ratios == () and m.spread is None
-    assert "no measured peak for ZeRO-2 with remat none on a GPU" in m.source
+    assert "no calibration point for ZeRO-2 with remat none on a GPU" in m.source
     assert m.margin == margin_for(HARDWARE["h100"], 3, "op").margin  # op is nearest to none
     full = margin_for(HARDWARE["a100-80gb"], 0, "full")
     assert full.margin == margin_for(HARDWARE["h100"], 3, "full").margin and full.floor == 1.0

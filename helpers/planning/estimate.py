@@ -119,7 +119,7 @@ from helpers.planning.layout import AXES, Layout, check_layout, stage_layers
 from helpers.planning.models import ModelSpec
 
 #: The last-resort margin: what ``estimate`` uses when it is given no margin, and what
-#: ``helpers.planning.margins`` falls back on for a runtime with no measured peak at all
+#: ``helpers.planning.margins`` falls back on for a runtime with no calibration point at all
 #: (both runtimes it knows have some, so a calibrated plan never gets it). It is a stated
 #: round number, not a calibration: the top of XLA:CPU's temporaries over the planner's
 #: gradients + activations in notebook 13's (now 13a's) DP and ZeRO-1 compiles of the

@@ -21,7 +21,7 @@ times the floor, exceeds HBM is "out of memory" (``estimate.memory_verdict``), b
 two "tight".
 
 A class with no measured point says so and falls back: the margin to the largest ratio of
-the nearest recompute schedule measured on the same runtime (any ZeRO stage; schedules in the
+the nearest recompute schedule calibrated on the same runtime (any ZeRO stage; schedules in the
 order none, selective, op, full, the later on a tie), the floor to 1 (the count alone);
 a runtime with no point at all falls back to ``estimate.ACTIVATION_MARGIN``. The ratios
 depend on the framework (torchtitan's eager PyTorch, torch.compile, XLA:TPU): read the
@@ -120,7 +120,7 @@ def _fallback(runtime: str, zero: int, remat: str) -> Margin:
     """No point in the class: the points of the runtime whose schedule is nearest (in the
     order none, selective, op, full; the later on a tie), any ZeRO stage; floor 1."""
     classes = {k: v for k, v in memory_calibration().items() if k[0] == runtime}
-    what = f"no measured peak for {_STAGES[zero]} with remat {remat} on a {runtime.upper()}"
+    what = f"no calibration point for {_STAGES[zero]} with remat {remat} on a {runtime.upper()}"
     if not classes:
         return Margin(ACTIVATION_MARGIN, 1.0, f"x{ACTIVATION_MARGIN:g}: {what}, nor any other "
                       "class of it; the stated default (estimate.ACTIVATION_MARGIN)")  # fmt: skip
@@ -133,7 +133,7 @@ def _fallback(runtime: str, zero: int, remat: str) -> Margin:
     margin = max(1.0, _up(top))  # never below the count alone
     return Margin(
         margin, 1.0,
-        f"x{margin:.2f}: {what}; the largest ratio of the nearest schedule measured, remat "
+        f"x{margin:.2f}: {what}; the largest ratio of the nearest schedule calibrated, remat "
         f"{near} ({len(ratios)} points, {min(ratios):.3f} to {top:.3f}); floor x1, the count alone",
     )  # fmt: skip
 
