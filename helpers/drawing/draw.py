@@ -1743,7 +1743,7 @@ def draw_strategy_guide(ax: Axes | None = None) -> Axes:
         "(the same knee as FSDP's)", answer("#cfe8cf"))  # fmt: skip
     box(
         (9.4, 4.65),
-        "Does it fit split N ways?\n16·P / N + one gathered layer + activations\n"
+        "Does it fit split N ways?\n16·P / N + a gathered layer or two + activations\n"
         "(FSDP that frees each layer after use:\nthe layers in a scan, notebook 03 §5, on XLA:CPU)",
         question,
         11,
