@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from helpers.planning.activations import REMATS
@@ -43,8 +43,8 @@ from helpers.planning.models import ModelSpec, model_from_hf_config
 from helpers.planning.peaks import PEAK_POINTS, REPORTED_OUTCOMES
 
 __all__ = [
-    "Margin", "margin_for", "memory_calibration", "margin_table", "plan_point", "point_ratio",
-    "runtime_of",
+    "Margin", "margin_for", "memory_calibration", "margin_table", "plan_point", "point_hardware",
+    "point_ratio", "runtime_of",
 ]  # fmt: skip
 
 _STAGES = {0: "ZeRO-0 (DP)", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
@@ -94,9 +94,20 @@ def point_layout(point: Any) -> Layout:
     )  # fmt: skip
 
 
+def point_hardware(point: Any) -> Hardware:
+    """The hardware a point ran on: ``HARDWARE[point.hardware]``, with the bytes the run's
+    device had where the point records them (``ran_on_hbm``: torchtitan's 96 GB H100s)."""
+    hardware = HARDWARE[point.hardware]
+    if getattr(point, "ran_on_hbm", None) is None:
+        return hardware
+    return replace(
+        hardware, hbm_bytes=point.ran_on_hbm, hbm_marketed=point.ran_on_hbm, hbm_source=point.ran_on
+    )
+
+
 def plan_point(point: Any) -> Plan:
     """The planner's count for a point's layout (margin 1: the count alone)."""
-    return estimate(point_model(point), HARDWARE[point.hardware], point_layout(point), margin=1.0)
+    return estimate(point_model(point), point_hardware(point), point_layout(point), margin=1.0)
 
 
 def point_ratio(point: Any, plan: Plan | None = None) -> float:
@@ -178,7 +189,7 @@ def outcome_verdicts() -> dict[str, tuple[str, str]]:
     planner's verdict with the calibrated margin)."""
     out = {}
     for point in REPORTED_OUTCOMES:
-        model, hardware = point_model(point), HARDWARE[point.hardware]
+        model, hardware = point_model(point), point_hardware(point)
         layout = point_layout(point)
         plan = estimate(
             model, hardware, layout, margin=margin_for(hardware, layout.zero, layout.remat)

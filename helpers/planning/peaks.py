@@ -17,7 +17,9 @@ Two kinds of witness (neither a TPU allocator's measured peak):
   process", the maximum over GPUs. The GPUs are Grand Teton's H100s "equipped with 96GB
   HBM2e": the published peaks (up to 84.5 GiB, 90.7e9 bytes) exceed what an H100 80GB
   reports (85.52e9 bytes), so these runs are calibration points here, not runs the planner
-  could place on ``h100``. The GPU's capacity does not enter the ratio.
+  could place on ``h100``. The GPU's capacity does not enter the ratio; a point's verdict is
+  judged on the bytes it ran on (``ran_on_hbm``: 96e9, the docs' "96GB" read as 10^9 bytes,
+  as what such a GPU reports is not published there).
 - **TPU** (``runtime="tpu"``): what the TPU compiler (libtpu) laid out for one ZeRO-3 step of
   the series' Transformer at LLaMA-3-8B's shapes (``helpers/measuring/tpu_programs.json``,
   recorded by ``.ci/record_tpu_programs.py``; notebook 13a prints them): ``memory_analysis()``'s
@@ -83,6 +85,12 @@ class PeakPoint:
     peak_published: str = ""
     outcome: str = "ran"
     assumptions: str = ""
+    # The bytes of the device the run ran on, where they differ from ``hardware``'s
+    # (torchtitan's H100s had 96 GB, not the 80 of ``HARDWARE["h100"]``), and their source;
+    # ``helpers.planning.margins.point_hardware`` judges a point on them. The ratio does
+    # not depend on them.
+    ran_on_hbm: float | None = None
+    ran_on: str = ""
 
 
 def _llama31(hidden: int, layers: int, heads: int, ffn: int) -> dict:
@@ -130,6 +138,10 @@ _TITAN = (
     "pytorch/torchtitan docs/performance.md @ d4c86e375 (benchmarks/"
     "llama3_h100_202412_torchtitan.md @ b5bcd76), torchtitan @ 9dec370"
 )
+_TITAN_GPU = (
+    "H100 96GB: Grand Teton's H100s 'equipped with 96GB HBM2e' (docs/performance.md @ "
+    "d4c86e375), taken as 96e9 bytes; what such a GPU reports is not published there"
+)
 _TITAN_8B = (
     "llama3_8b.toml: seq_len 8192, selective_ac_option 'op'; the table: local batch 2; 8 "
     "KV heads, fused attention; bf16 mixed precision (f32 sharded parameters, gradients and "
@@ -148,7 +160,7 @@ def _titan(key: str, name: str, table: str, peak_gib: float, **layout: object) -
     return PeakPoint(
         key=key, name=name, source=f"{_TITAN}, {table}", runtime="gpu", hardware="h100",
         peak_bytes=peak_gib * _GIB, peak_published=f"{peak_gib} GiB (max reserved)",
-        loss="upcast", **layout,  # type: ignore[arg-type]
+        loss="upcast", ran_on_hbm=96e9, ran_on=_TITAN_GPU, **layout,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
