@@ -328,6 +328,8 @@ def _message_values(node: ast.expr | None) -> list[ast.expr]:
         return _message_values(node.body) + _message_values(node.orelse)
     if isinstance(node, ast.BoolOp):
         return [v for value in node.values for v in _message_values(value)]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):  # "a " + ("b" if c else "d")
+        return _message_values(node.left) + _message_values(node.right)
     return []
 
 

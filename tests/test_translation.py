@@ -409,3 +409,25 @@ def test_a_comment_after_a_pragma_on_the_same_line_is_translated():
     assert [c.msgid for c in T.comments(source)] == ["per step: the busiest"]
     zh = T.translate_comments(source, {"per step: the busiest": "每一步：最忙的"}.get)
     assert zh == "rows = [f(s) for s in r]  # fmt: skip  # 每一步：最忙的\nz = 1  # fmt: skip\n"
+
+
+def test_a_returned_concatenation_is_an_entry_per_string():
+    """``return "DeepSpeed refuses " + ("ZeRO-3 ..." if c else f"ZeRO-2 ...")`` (13b's
+    exercise): each string of a ``+`` is an entry, translated in place (a native reader found
+    it left in English)."""
+    source = (
+        "def verify_kw(p):\n"
+        '    return "refuses " + ("ZeRO-3 with MoE" if p == 3 else f"ZeRO-2 with pp {p}")\n'
+        "\n"
+        "check(answer, verify_kw)\n"
+    )
+    names = T.message_names([source])
+    found = [m.msgid for m in T.messages(source, names)]
+    assert found == ["refuses ", "ZeRO-3 with MoE", "ZeRO-2 with pp {p}"]
+    zh = {found[0]: "不允许", found[1]: "有 MoE 时用 ZeRO-3", found[2]: "在 pp {p} 时用 ZeRO-2"}
+    out = T.translate_messages(source, lambda m: zh.get(m, m), names)
+    assert T.mask_messages(out, names) == T.mask_messages(source, names)
+    namespace: dict = {"check": lambda *a, **k: None, "answer": 0}
+    exec(out, namespace)  # noqa: S102
+    assert namespace["verify_kw"](3) == "不允许有 MoE 时用 ZeRO-3"
+    assert namespace["verify_kw"](2) == "不允许在 pp 2 时用 ZeRO-2"
