@@ -48,9 +48,10 @@ block. ``korthikanti_table`` is the closed form above; the tests hold the two eq
   ``torchtitan/distributed/activation_checkpoint.py`` at pytorch/torchtitan@b5bcd76): each block
   is wrapped in a checkpoint whose policy saves the outputs of the matmuls, of fused attention
   and of reduce-scatters (and of ``abs`` and ``max``, "for low precision training"), "except
-  every second mm", and recomputes everything else in the backward pass. A Llama block's matmuls run q, k, v, out, gate, up, down, so it keeps the
-  layer's input, q, v, the attention's output and log-sum-exp, the gate's output and the down
-  projection's output (a two-matrix MLP: its up projection's); k, the out projection, the up
+  every second mm", and recomputes everything else in the backward pass. A Llama block's
+  matmuls run q, k, v, out, gate, up, down, so it keeps the layer's input, q, v, the
+  attention's output and log-sum-exp, the gate's output and the down projection's output (a
+  two-matrix MLP: its up projection's); k, the out projection, the up
   projection, the norms, rotary embeddings and the activation function are recomputed
   (``op_terms``). With tensor and sequence parallelism it also keeps the two reduce-scatters'
   outputs. Mixture-of-experts layers keep every grouped expert matmul's output (the current

@@ -98,7 +98,7 @@ def point_hardware(point: Any) -> Hardware:
     """The hardware a point ran on: ``HARDWARE[point.hardware]``, with the bytes the run's
     device had where the point records them (``ran_on_hbm``: torchtitan's 96 GB H100s)."""
     hardware = HARDWARE[point.hardware]
-    if getattr(point, "ran_on_hbm", None) is None:
+    if point.ran_on_hbm is None:
         return hardware
     return replace(
         hardware, hbm_bytes=point.ran_on_hbm, hbm_marketed=point.ran_on_hbm, hbm_source=point.ran_on

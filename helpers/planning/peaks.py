@@ -17,8 +17,8 @@ Two kinds of witness (neither a TPU allocator's measured peak):
   process", the maximum over GPUs. The GPUs are Grand Teton's H100s "equipped with 96GB
   HBM2e": the published peaks (up to 84.5 GiB, 90.7e9 bytes) exceed what an H100 80GB
   reports (85.52e9 bytes), so these runs are calibration points here, not runs the planner
-  could place on ``h100``. The GPU's capacity does not enter the ratio; a point's verdict is
-  judged on the bytes it ran on (``ran_on_hbm``: 96e9, the docs' "96GB" read as 10^9 bytes,
+  could place on ``h100``. The GPU's capacity does not enter the ratio; a point's need is
+  set against the bytes it ran on (``ran_on_hbm``: 96e9, the docs' "96GB" read as 10^9 bytes,
   as what such a GPU reports is not published there).
 - **TPU** (``runtime="tpu"``): what the TPU compiler (libtpu) laid out for one ZeRO-3 step of
   the series' Transformer at LLaMA-3-8B's shapes (``helpers/measuring/tpu_programs.json``,
