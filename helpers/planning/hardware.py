@@ -181,7 +181,7 @@ HARDWARE: dict[str, Hardware] = {
         "EDR InfiniBand; no published MAMF: the peak stands in",
         hbm_bw=900e9, hbm_marketed=32e9,
         hbm_source="32,768 MiB (32 GiB, 34.36e9 bytes): nvidia-smi's total for a Tesla "
-        "V100-SXM2-32GB as printed in public logs; NVIDIA markets 32 GB",
+        "V100-SXM2 (github.com/Wan-Video/Wan2.1/issues/5); NVIDIA markets 32 GB",
     ),
     "b200": Hardware(
         "B200", _peak("B200"), 183359 * _MIB, 900e9, 8, 8 * cost_model.IB_NDR_400,
@@ -191,13 +191,13 @@ HARDWARE: dict[str, Hardware] = {
         f"scaling book's node egress); {_MAMF}: 1,745 TFLOPS",
         matmul_flops=1745e12, hbm_bw=8e12, hbm_marketed=180e9,
         hbm_source="183,359 MiB (179.06 GiB, 192.27e9 bytes): nvidia-smi's total for an NVIDIA "
-        "B200 (HGX/DGX, 1000 W) as printed in public logs; docs.vultr.com's HGX B200 hardware "
+        "B200 (1000 W; github.com/NVIDIA/TensorRT-LLM/issues/10278); docs.vultr.com's HGX B200 hardware "
         "overview lists '179 GB' from nvidia-smi's memory.total; CUDA's totalGlobalMem reads "
         "178.35 GiB (pytorch/ao pull request 4002); NVIDIA markets 180 GB (DGX B200), 192 GB "
         "elsewhere",
     ),
     "mi300x": Hardware(
-        "MI300X", _peak("MI300X"), 205822885888, 448e9, 8, 8 * cost_model.IB_NDR_400,
+        "MI300X", _peak("MI300X"), 201310208 * 1024, 448e9, 8, 8 * cost_model.IB_NDR_400,
         "AMD Instinct MI300X datasheet: 1,307.4 TFLOPS bf16 dense, 192 GB HBM3 (marketed) at "
         "5.3 TB/s, 7 Infinity Fabric links of 64 GB/s each way to the 7 peers (896 GB/s both "
         "ways in all; 448 each way, reached only when all peers are sent to at once); 8 GPUs a "
@@ -205,8 +205,9 @@ HARDWARE: dict[str, Hardware] = {
         "reference design, instinct.docs.amd.com; the platform leaves NICs to the server "
         f"maker); {_MAMF}: 781.9 TFLOPS (ROCm 6.2)",
         matmul_flops=781.9e12, hbm_bw=5.3e12, hbm_marketed=192e9,
-        hbm_source="205,822,885,888 bytes (191.69 GiB): rocm-smi's 'VRAM Total Memory (B)' "
-        "and HIP's totalGlobalMem for an MI300X as printed in public logs; AMD markets 192 GB",
+        hbm_source="201,310,208 KB (206.14e9 bytes, 192 GiB less 16 MiB): rocminfo's GPU pool size "
+        "on an 8x MI300X node (github.com/stas00/ml-engineering, compute/accelerator/amd/"
+        "debug.md); AMD markets 192 GB",
     ),
     # TPUs: the scaling book's TPU chapter (jax-ml.github.io/scaling-book/tpus), its table of
     # chips (bf16 FLOP/s, HBM, HBM bandwidth) and of ICI bandwidth: one mesh axis with a
