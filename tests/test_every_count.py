@@ -8,7 +8,7 @@ minute after the others. ``use_simulated_devices`` now gives XLA:CPU ten minutes
 (``helpers.compat.CPU_COLLECTIVE_FLAGS``). Each run has a timeout, so a real deadlock fails
 its test in minutes instead of stalling the suite. CI runs this file in every matrix entry,
 under ``-n auto`` like the rest
-(the newest entry at 1, 3 and 8 devices only).
+(the pinned and newest entries at 1, 3 and 8 devices only).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from children import run_jax_child
 from helpers.compat import CPU_COLLECTIVE_FLAGS, avx512_deadlock_risk
 
 ROOT = Path(__file__).resolve().parents[1]
-# .ci/run's newest entry names fewer counts (EVERY_COUNT="1 3 8"), to keep CI under 45 minutes:
-# the aborts of issue 25 were jax 0.8.0's (the oldest entry, which runs every count, as pinned).
+# .ci/run's pinned and newest entries name fewer counts (EVERY_COUNT="1 3 8"), to keep CI under
+# 45 minutes: the aborts of issue 25 were jax 0.8.0's (the oldest entry, which runs every count).
 COUNTS = [int(c) for c in os.environ.get("EVERY_COUNT", "1 2 3 4 5 6 7 8").split()]
 
 
