@@ -293,8 +293,9 @@ _DEEPSPEED_Z3 = (
 #: Eq. 4 at those rates).
 #: The same table's ZeRO-3 rows at the same batch (144, 88, 44 teraFLOP/s: MFU 34.7, 21.2,
 #: 10.6%) are not a series here: the planner, even charging NCCL's latency once per parameter
-#: tensor, gives 62.5, 61.8 and 23.3%; what DeepSpeed's ZeRO-3 of 2021 lost at scale is not
-#: in its model (the 384-GPU row is in, outside the 1.6x band: tests/test_plan_published_runs.py).
+#: tensor, gives 62.5, 61.8 and 23.3%; what ZeRO-3 lost there at scale (DeepSpeed's overhead in
+#: 2021, or cross-node gathers that did not hide as the planner assumes: not isolated) is not in
+#: its model (the 384-GPU row is in, outside the 1.6x band: tests/test_plan_published_runs.py).
 MEGATRON21_TABLE2_SERIES = "narayanan21-table2-ptdp-175b"
 _PTDP_175B = ((384, 153.0, 0.3681), (768, 149.0, 0.3585), (1536, 141.0, 0.3392))
 
@@ -342,7 +343,8 @@ _LLAMA3_EDGE = (
     "will not be used for future computation, including the input and output tensors of each "
     "pipeline stage, that will not be used for future computation. With these optimizations, "
     "we could pre-train Llama 3 on sequences of 8K tokens without activation checkpointing.' "
-    "(memory profiled and trimmed until the 8K step fit without recomputation)"
+    "(this course's reading: memory profiled and trimmed, after which the 8K step ran without "
+    "recomputation)"
 )
 _LLAMA3_EDGE_8K = (
     "'With these optimizations, we could pre-train Llama 3 on sequences of 8K tokens without "
