@@ -409,3 +409,19 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Fil
     ):
         return NotebookAtCounts.from_parent(parent, path=file_path)
     return None
+
+
+# Tests known to take tens of seconds on 2 cores (pytest --durations), run first with the
+# notebooks so that pytest-xdist's workers end on short tests instead of one waiting for the
+# other's last notebook (longest first: the tail of a run is what CI's minutes lose).
+_SLOW_FIRST = ("test_launch.py", "test_runs.py", "test_zero.py", "test_every_count.py",
+               "test_props_context.py", "test_profile.py", "test_props_experts.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        if isinstance(item, NotebookAtCount):
+            return 0
+        return 1 if item.path.name in _SLOW_FIRST else 2
+
+    items.sort(key=rank)  # stable: each group keeps its collection order
