@@ -448,3 +448,12 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize(("dp", "zero", "remat"), [(1, 0, "none"), (8, 3, "none"), (8, 1, "full")])
+def test_a_plan_fits_exactly_when_its_bytes_with_the_margin_are_within_hbm(dp, zero, remat):
+    p = plan_model("llama3-8b", "h100", dp=dp, zero=zero, remat=remat)
+    b = p.per_device_bytes
+    assert p.bytes_with_margin == b["total"] + (p.margin - 1) * (b["grads"] + b["activations"])
+    assert p.fits == (p.bytes_with_margin <= p.hbm_bytes)
+    assert p.bytes_with_margin >= b["total"]

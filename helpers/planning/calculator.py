@@ -41,8 +41,7 @@ def _fit_text(p: Plan) -> str:
     """The text right of a plan's bar: its optimistic MFU, and its GB with the margin against
     the HBM (the room left, or the excess), where the whisker's end is too near the HBM line
     to read."""
-    extra = (p.margin - 1) * (p.per_device_bytes["grads"] + p.per_device_bytes["activations"])
-    need = (p.per_device_bytes["total"] + extra) / 1e9
+    need = p.bytes_with_margin / 1e9
     room = p.hbm_bytes / 1e9 - need
     left = f"{room:.1f} GB left" if room >= 0 else f"{-room:.1f} GB over"
     return f"optimistic MFU {p.mfu:.1%}\nwith margin {need:.1f} GB, {left}"
@@ -72,9 +71,8 @@ def draw_plans(plans: Sequence[Plan], title: str = "") -> Figure:
     hbm = max(p.hbm_bytes for p in plans) / 1e9
     ax.axvline(hbm, color="black", linestyle="--", linewidth=1.2, label=f"HBM {hbm:.1f} GB")
     for row, p in enumerate(plans):  # how far the margin reaches past each bar
-        extra = (p.margin - 1) * (p.per_device_bytes["grads"] + p.per_device_bytes["activations"])
         total = p.per_device_bytes["total"] / 1e9
-        ax.plot([total, total + extra / 1e9], [row, row], color="black", linewidth=1,
+        ax.plot([total, p.bytes_with_margin / 1e9], [row, row], color="black", linewidth=1,
                 label="margin" if row == 0 else None)  # fmt: skip
     for row, p in enumerate(plans):  # each plan's MFU and fit with the margin, right of the axes
         ax.annotate(_fit_text(p), (1.0, row), xytext=(6, 0), fontsize=9,

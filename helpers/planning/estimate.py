@@ -188,6 +188,12 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def bytes_with_margin(self) -> float:
+        """The fullest device's bytes with the margin (``_with_margin``), the figure the
+        verdict sets against ``hbm_bytes``."""
+        return _with_margin(self.per_device_bytes, self.margin)
+
 
 # ---------------------------------------------------------------------------
 # Placement
@@ -816,6 +822,12 @@ def _memory(model: ModelSpec, layout: Layout, stages: list[_Stage]) -> tuple[dic
     return best, fullest
 
 
+def _with_margin(per_device: dict[str, float], margin: float) -> float:
+    """A device's bytes with its gradients and activations times ``margin``: the count's
+    ``total`` plus ``(margin - 1)`` times those two, the figure a verdict sets against HBM."""
+    return per_device["total"] + (margin - 1) * (per_device["grads"] + per_device["activations"])
+
+
 def memory_verdict(
     per_device: dict[str, float], hbm: float, margin: float, floor: float = 1.0
 ) -> tuple[bool, str]:
@@ -824,10 +836,9 @@ def memory_verdict(
     the smallest factor a measured peak of the plan's class showed; 1, the count alone, where
     none was measured), or "tight" between the two: measure it. ``helpers.planning.margins``
     gives both factors."""
-    need = per_device["grads"] + per_device["activations"]
-    if per_device["total"] + (margin - 1) * need <= hbm:
+    if _with_margin(per_device, margin) <= hbm:
         return True, "fits"
-    low = per_device["total"] + (min(floor, margin) - 1) * need
+    low = _with_margin(per_device, min(floor, margin))
     return False, "tight" if low <= hbm else "out of memory"
 
 

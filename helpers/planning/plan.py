@@ -293,9 +293,7 @@ def format_plan(p: Plan) -> str:
     ]
     for key in ("params", "grads", "optimizer", "gathered", "activations", "total"):
         rows.append(f"{key:<17} {_gb(p.per_device_bytes[key])}  on the fullest device")
-    need = p.per_device_bytes["total"] + (p.margin - 1) * (
-        p.per_device_bytes["grads"] + p.per_device_bytes["activations"]
-    )
+    need = p.bytes_with_margin
     rows.append(
         f"HBM               {_gb(p.hbm_bytes)}  as the device reports it -> {p.memory_verdict}: "
         f"with the margin (x{p.margin:g} on gradients + activations) it needs {need / 1e9:.1f} GB"

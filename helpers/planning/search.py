@@ -112,8 +112,7 @@ def search_layouts(
 def _headroom(plan: Plan) -> float:
     """The bytes of HBM a plan leaves free once its gradients and activations are scaled by
     its margin (negative: over)."""
-    b = plan.per_device_bytes
-    return plan.hbm_bytes - b["total"] - (plan.margin - 1) * (b["grads"] + b["activations"])
+    return plan.hbm_bytes - plan.bytes_with_margin
 
 
 def _better(plan: Plan, kept: Plan) -> bool:
