@@ -131,7 +131,8 @@ ACTIVATION_MARGIN = 1.5
 #: What can overlap on each axis, as the step time assumes (see the module docstring).
 AXIS_OVERLAP: dict[str, str] = {
     "tp": "forward collectives wait (tp_overlap hides them); backward: the input-gradient "
-    "reduction hides behind the weight-gradient matmuls, SP's output-gradient all-gathers wait",
+    "reductions (with SP, and the all-gathers of the inputs again) hide behind the "
+    "weight-gradient matmuls, SP's output-gradient all-gathers wait",
     "cp": "the K/V ring hides behind each layer's attention; the excess waits",
     "ep": "all-to-all dispatch and combine wait",
     "pp": "sends to the next stage wait; the schedule idles (pp-1)/v of a micro-batch",
