@@ -303,7 +303,7 @@ def format_plan(p: Plan) -> str:
     parts = ", ".join(f"{k} {v:.3f}" for k, v in p.time_breakdown.items() if v)
     rows.append(f"step time         {p.step_time_s:9.3f} s   ({parts} s)")
     expected = (
-        f"expected {p.mfu_expected:.1%} (the published runs it is fitted on missed theirs by up to {p.mfu_error:.0%})"
+        f"expected {p.mfu_expected:.1%} (the published runs missed theirs, leave-one-out, by up to {p.mfu_error:.0%})"
         if p.mfu_expected is not None
         else "no expected MFU (no published runs)"
     )
