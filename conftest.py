@@ -58,6 +58,11 @@ SUPPORTED_COUNTS = tuple(range(1, 9))
 MEMORY_LIMIT_BYTES = int(1.5e9)
 DEFAULT_COUNTS = (8, 1)
 FIGURES = tomllib.loads((ROOT / "tests" / "figures.toml").read_text())
+# $XLA_FLAGS as pytest started, before tests/conftest.py's use_simulated_devices added the
+# series' flags for this worker: a notebook's kernel starts with it, as a learner's kernel
+# does, and its own setup cell adds what the notebook asks for (notebook 04 asks for no
+# FAST_CPU_COMPILE, since it times steps).
+_XLA_FLAGS_AT_START = os.environ.get("XLA_FLAGS")
 IMAGE_TYPES = ("image/png", "image/svg+xml", "image/jpeg")
 
 # Deprecations raised in notebook code (where jax/flax/optax attribute their API
@@ -71,6 +76,14 @@ warnings.filterwarnings(
     module=r"(__main__|helpers|jax|jaxlib|flax|optax|orbax)(\\.|$)",
 )
 """
+
+
+def _set_env(name: str, value: str | None) -> None:
+    """Set ``$name`` to ``value``, or unset it where ``value`` is None."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _parse_count(raw: str, where: str) -> int:
@@ -257,6 +270,8 @@ class NotebookAtCount(NotebookItem):
         old_tpu = os.environ.get("HELPERS_TPU_PROGRAMS")
         if old_tpu is None:
             os.environ["HELPERS_TPU_PROGRAMS"] = "recorded"
+        old_xla = os.environ.get("XLA_FLAGS")
+        _set_env("XLA_FLAGS", _XLA_FLAGS_AT_START)
         sampler = _KernelMemory()
         start = time.perf_counter()
         sampler.start()
@@ -271,6 +286,7 @@ class NotebookAtCount(NotebookItem):
                 os.environ["NUM_DEVICES"] = old
             if old_tpu is None:
                 os.environ.pop("HELPERS_TPU_PROGRAMS", None)
+            _set_env("XLA_FLAGS", old_xla)
         wall = time.perf_counter() - start
         self._keep(nb, path, sampler.peak, wall)
         if error is not None:

@@ -309,6 +309,31 @@ def cap_cpu_isa() -> str:
     return os.environ.get("XLA_FLAGS", "")
 
 
+#: XLA:CPU at its lowest code-generation optimisation level (LLVM's -O0): the series' programs
+#: on simulated devices are small, so XLA's CPU compiler takes far longer than they run. Side by
+#: side at 8 simulated devices (jaxlib 0.10.2, 2 cores), notebooks 03, 08, 10 and 13a took
+#: 112 s together with it and 159 s without. XLA:CPU maps the level to LLVM's code-generation
+#: level (``CodeGenOptLevel`` in openxla/xla's ``xla/service/cpu/cpu_compiler.cc``): it changes
+#: how fast the devices compute, not the HLO program the notebooks read (its collectives,
+#: its buffers). Set on the
+#: simulated devices only (``use_simulated_devices`` with ``real_accelerators=False``, and the
+#: processes ``launch_local`` starts), never for a GPU or TPU, nor for notebook 04's timings.
+FAST_CPU_COMPILE = ("xla_backend_optimization_level", "0")
+
+
+def fast_cpu_compiles() -> str:
+    """Add ``--xla_backend_optimization_level=0`` (``FAST_CPU_COMPILE``) to ``$XLA_FLAGS``.
+
+    Only before JAX starts its CPU backend, only where this jaxlib defines the flag, and never
+    over yours: a level already in ``$XLA_FLAGS`` is kept. Returns ``$XLA_FLAGS``.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    name, value = FAST_CPU_COMPILE
+    if f"--{name}=" not in flags and xla_knows_flag(name):
+        os.environ["XLA_FLAGS"] = f"{flags} --{name}={value}".strip()
+    return os.environ.get("XLA_FLAGS", "")
+
+
 def cpu_backend_flags() -> str:
     """The series' XLA:CPU settings, before the backend starts: patient collectives
     (``patient_cpu_collectives``) and, on the jaxlib versions and CPUs that need it, the

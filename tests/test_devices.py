@@ -199,6 +199,38 @@ def test_a_process_started_by_the_series_on_an_affected_pair_gets_the_cap():
     assert ("--xla_cpu_max_isa=AVX2" in out.stdout) == avx512_deadlock_risk(), out.stdout
 
 
+def _flags_after(call: str, xla_flags: str | None = None) -> str:
+    """``$XLA_FLAGS`` in a fresh process after ``call`` (a use_simulated_devices call)."""
+    code = f"import os\nfrom helpers import use_simulated_devices\n{call}\nprint(os.environ['XLA_FLAGS'])\n"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if xla_flags is not None:
+        env["XLA_FLAGS"] = xla_flags
+    env["PYTHONPATH"] = str(ROOT)
+    env.pop("HELPERS_REAL_DEVICES", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_simulated_devices_compile_fast_and_real_or_auto_ones_keep_xlas_level():
+    """FAST_CPU_COMPILE on the simulated devices only: "auto" (notebook 04, which times
+    steps) keeps XLA's default, and a level of your own wins."""
+    from helpers.compat import FAST_CPU_COMPILE, xla_knows_flag
+
+    flag = "--{}={}".format(*FAST_CPU_COMPILE)
+    assert xla_knows_flag(FAST_CPU_COMPILE[0])
+    assert flag in _flags_after("use_simulated_devices(2, quiet=True)").split()
+    assert "optimization_level" not in _flags_after(
+        "use_simulated_devices(2, real_accelerators='auto', quiet=True)"
+    )
+    mine = _flags_after(
+        "use_simulated_devices(2, quiet=True)", "--xla_backend_optimization_level=2"
+    )
+    assert "--xla_backend_optimization_level=2" in mine and flag not in mine
+
+
 def test_remat_keeps_gathers_on_the_jaxlibs_the_notebooks_describe():
     """Notebooks 03, 04 and 08 assert that unrolled remat keeps both gathers only there."""
     from helpers.compat import remat_keeps_gathers

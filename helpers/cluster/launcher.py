@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from helpers import compat
+
 __all__ = [
     "LOOPBACK",
     "LaunchResult",
@@ -259,10 +261,12 @@ def local_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["JAX_PLATFORMS"] = "cpu"
     # These small programs spend far longer in XLA's CPU compiler than running, and its
-    # lowest optimisation level cuts that. Every local run (the reference too) uses it.
+    # lowest optimisation level cuts that (compat.FAST_CPU_COMPILE). Every local run (the
+    # reference too) uses it.
     flags = env.get("XLA_FLAGS", "")
-    if "xla_backend_optimization_level" not in flags:
-        env["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
+    name, value = compat.FAST_CPU_COMPILE
+    if name not in flags:
+        env["XLA_FLAGS"] = f"{flags} --{name}={value}".strip()
     env.update(extra or {})
     return env
 

@@ -100,6 +100,7 @@ def use_simulated_devices(
             return devices
     if compat.backend_started():
         return _started_cpu_devices(want, real_accelerators == "auto", quiet)
+    compat.fast_cpu_compiles()  # real_accelerators=False: "auto" started its backend above
     return _start_cpu_devices(want, quiet)
 
 
