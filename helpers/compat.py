@@ -315,9 +315,9 @@ def cap_cpu_isa() -> str:
 #: 112 s together with it and 159 s without. XLA:CPU maps the level to LLVM's code-generation
 #: level (``CodeGenOptLevel`` in openxla/xla's ``xla/service/cpu/cpu_compiler.cc``): it changes
 #: how fast the devices compute, not the HLO program the notebooks read (its collectives,
-#: its buffers). Set on the
-#: simulated devices only (``use_simulated_devices`` with ``real_accelerators=False``, and the
-#: processes ``launch_local`` starts), never for a GPU or TPU, nor for notebook 04's timings.
+#: its buffers). Set on the simulated devices only (``use_simulated_devices`` with
+#: ``real_accelerators=False``, and the processes ``launch_local`` starts), never for a GPU or
+#: TPU, nor for notebook 04's timings.
 FAST_CPU_COMPILE = ("xla_backend_optimization_level", "0")
 
 

@@ -60,7 +60,9 @@ def use_simulated_devices(
         ``$HELPERS_REAL_DEVICES=1`` turns ``True`` on for every notebook.
       quiet: do not print the one-line summary.
 
-    Calling it again with the same ``n`` returns quietly, so re-running a cell works.
+    Calling it again with the same ``n`` returns quietly, so re-running a cell works. Before
+    JAX starts, it adds the series' XLA:CPU flags to ``$XLA_FLAGS`` (yours win):
+    ``compat.cpu_backend_flags`` and, for simulated devices only, ``compat.fast_cpu_compiles``.
 
     Raises:
       ValueError: ``n`` (or ``$NUM_DEVICES``) is not a positive whole number.
