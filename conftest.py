@@ -280,10 +280,7 @@ class NotebookAtCount(NotebookItem):
             error = _execute(nb, path, self.config.option.nbmake_timeout)
         finally:
             sampler.stop()
-            if old is None:
-                os.environ.pop("NUM_DEVICES", None)
-            else:
-                os.environ["NUM_DEVICES"] = old
+            _set_env("NUM_DEVICES", old)
             if old_tpu is None:
                 os.environ.pop("HELPERS_TPU_PROGRAMS", None)
             _set_env("XLA_FLAGS", old_xla)

@@ -59,6 +59,7 @@ _LAZY_MODULES = {
         "pvary",
         "quiet_libtpu_without_tpu",
         "saved_residuals",
+        "with_fast_cpu_compile",
         "set_mesh",
     ),
     "helpers.drawing.draw": (
@@ -937,6 +938,7 @@ __all__ = [
     "pvary",
     "quiet_libtpu_without_tpu",
     "saved_residuals",
+    "with_fast_cpu_compile",
     "set_mesh",
     # lesson.py
     "CaughtError",

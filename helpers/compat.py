@@ -321,16 +321,21 @@ def cap_cpu_isa() -> str:
 FAST_CPU_COMPILE = ("xla_backend_optimization_level", "0")
 
 
-def fast_cpu_compiles() -> str:
-    """Add ``--xla_backend_optimization_level=0`` (``FAST_CPU_COMPILE``) to ``$XLA_FLAGS``.
-
-    Only before JAX starts its CPU backend, only where this jaxlib defines the flag, and never
-    over yours: a level already in ``$XLA_FLAGS`` is kept. Returns ``$XLA_FLAGS``.
-    """
-    flags = os.environ.get("XLA_FLAGS", "")
+def with_fast_cpu_compile(flags: str) -> str:
+    """``flags`` (an ``XLA_FLAGS`` string) with ``FAST_CPU_COMPILE`` added, unless it holds a
+    level already (yours win) or this jaxlib does not define the flag."""
     name, value = FAST_CPU_COMPILE
-    if f"--{name}=" not in flags and xla_knows_flag(name):
-        os.environ["XLA_FLAGS"] = f"{flags} --{name}={value}".strip()
+    if f"--{name}=" in flags or not xla_knows_flag(name):
+        return flags
+    return f"{flags} --{name}={value}".strip()
+
+
+def fast_cpu_compiles() -> str:
+    """Add ``--xla_backend_optimization_level=0`` (``FAST_CPU_COMPILE``) to ``$XLA_FLAGS``
+    (``with_fast_cpu_compile``), before JAX starts its CPU backend. Returns ``$XLA_FLAGS``."""
+    flags = with_fast_cpu_compile(os.environ.get("XLA_FLAGS", ""))
+    if flags:
+        os.environ["XLA_FLAGS"] = flags
     return os.environ.get("XLA_FLAGS", "")
 
 

@@ -180,25 +180,6 @@ def test_every_supported_jaxlib_knows_the_cap_flag():
     assert xla_knows_flag(CPU_ISA_CAP[0])
 
 
-def test_a_process_started_by_the_series_on_an_affected_pair_gets_the_cap():
-    """use_simulated_devices applies cpu_backend_flags before the backend starts."""
-    from helpers.compat import avx512_deadlock_risk
-
-    code = (
-        "import os\n"
-        "from helpers import use_simulated_devices\n"
-        "use_simulated_devices(3, quiet=True)\n"
-        "print(os.environ['XLA_FLAGS'])\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
-    assert ("--xla_cpu_max_isa=AVX2" in out.stdout) == avx512_deadlock_risk(), out.stdout
-
-
 def _flags_after(call: str, xla_flags: str | None = None) -> str:
     """``$XLA_FLAGS`` in a fresh process after ``call`` (a use_simulated_devices call)."""
     code = f"import os\nfrom helpers import use_simulated_devices\n{call}\nprint(os.environ['XLA_FLAGS'])\n"
@@ -212,6 +193,14 @@ def _flags_after(call: str, xla_flags: str | None = None) -> str:
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
+
+
+def test_a_process_started_by_the_series_on_an_affected_pair_gets_the_cap():
+    """use_simulated_devices applies cpu_backend_flags before the backend starts."""
+    from helpers.compat import avx512_deadlock_risk
+
+    flags = _flags_after("use_simulated_devices(3, quiet=True)")
+    assert ("--xla_cpu_max_isa=AVX2" in flags) == avx512_deadlock_risk(), flags
 
 
 def test_simulated_devices_compile_fast_and_real_or_auto_ones_keep_xlas_level():

@@ -263,10 +263,7 @@ def local_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # These small programs spend far longer in XLA's CPU compiler than running, and its
     # lowest optimisation level cuts that (compat.FAST_CPU_COMPILE). Every local run (the
     # reference too) uses it.
-    flags = env.get("XLA_FLAGS", "")
-    name, value = compat.FAST_CPU_COMPILE
-    if name not in flags:
-        env["XLA_FLAGS"] = f"{flags} --{name}={value}".strip()
+    env["XLA_FLAGS"] = compat.with_fast_cpu_compile(env.get("XLA_FLAGS", ""))
     env.update(extra or {})
     return env
 
